@@ -1,0 +1,218 @@
+"""A lab: one or more runs stepped in lock-step from the same weights over the same batches.
+
+Time in a lab is counted in ticks. One iteration is a fixed number of ticks:
+the runs' op sequences are lined up (a run without ``zero_grad`` waits while the
+reference zeroes), so the same tick shows the same moment of every run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Iterator
+
+import torch
+
+from gradviz.engine.devices import resolve_device
+from gradviz.engine.errors import ScenarioError
+from gradviz.engine.loop import OpSlot
+from gradviz.engine.record import History, OpRecord, Snapshot
+from gradviz.engine.run import Mode, Run
+from gradviz.engine.scenario import Scenario
+
+# Models whose whole snapshot stays under this many floats keep a full record per op;
+# larger ones keep scalars per op and a snapshot every few iterations.
+FULL_RECORD_FLOATS = 4096
+# Bytes of keyframe per iteration that larger models may spend.
+KEYFRAME_BUDGET = 3000
+
+
+def _line_up(keys: list[list[tuple]]) -> list[tuple]:
+    """The shortest common order of all runs' op keys, each run's order kept."""
+    merged = list(keys[0])
+    for other in keys[1:]:
+        sm = difflib.SequenceMatcher(a=merged, b=other, autojunk=False)
+        out: list[tuple] = []
+        for tag, i1, i2, j1, j2 in sm.get_opcodes():
+            out += merged[i1:i2]
+            if tag != "equal":
+                out += other[j1:j2]
+        merged = out
+    return merged
+
+
+class Lab:
+    """Runs of a scenario, stepped together, recorded into a :class:`History`.
+
+    Parameters
+    ----------
+    scenario:
+        What to run.
+    record:
+        ``"auto"`` keeps a full record per op for small models and keyframes for
+        large ones; ``"full"`` or ``"light"`` force one; ``"bare"`` records nothing
+        (the peer that recording is measured against).
+    """
+
+    def __init__(self, scenario: Scenario, record: str = "auto", keyframe_every: int | None = None) -> None:
+        self.scenario = scenario
+        self.device = resolve_device(scenario.device)
+        try:
+            self.runs = [Run(spec, scenario, self.device) for spec in scenario.runs]
+        except ScenarioError as exc:
+            raise ScenarioError(f"{scenario.path or scenario.name}: {exc}") from None
+        snapshot_floats = self.runs[0].current.nbytes // 4 + self.runs[0].layout.total * 2
+        if record == "auto":
+            record = "full" if snapshot_floats <= FULL_RECORD_FLOATS else "light"
+        self.mode: Mode = record  # type: ignore[assignment]
+        keyframe_bytes = snapshot_floats * 4
+        self.keyframe_every = keyframe_every or (
+            1 if self.mode == "full" else max(1, math.ceil(keyframe_bytes / KEYFRAME_BUDGET))
+        )
+        order = _line_up([[s.key for s in r.program.ops] for r in self.runs])
+        self.schedule: list[list[OpSlot | None]] = []
+        for key in order:
+            self.schedule.append([next((s for s in r.program.ops if s.key == key), None) for r in self.runs])
+        self.ticks_per_iteration = len(order)
+        self.tick = 0
+        self.history = History([r.name for r in self.runs], keep_records=self.mode == "full")
+        if self.mode != "bare":
+            for run in self.runs:
+                self.history[run.name].keyframes[0] = run.current
+        self._shadows: dict[str, Run] = {}
+
+    # ---------------------------------------------------------------- stepping
+    @property
+    def iteration(self) -> int:
+        """The iteration the next tick belongs to."""
+        return self.tick // self.ticks_per_iteration
+
+    @property
+    def stopped(self) -> bool:
+        """True when every run has diverged or failed."""
+        return not any(r.active for r in self.runs)
+
+    def run(self, name: str) -> Run:
+        return next(r for r in self.runs if r.name == name)
+
+    def _keyframe(self, run: Run, iteration: int) -> None:
+        frames = self.history[run.name].keyframes
+        if self.mode == "full":
+            frames[iteration] = run.current
+        elif iteration % self.keyframe_every == 0:
+            frames[iteration] = run.capture()
+
+    def step(self) -> list[OpRecord]:
+        """Perform the next tick that has an op for some running run; return its records."""
+        while not self.stopped:
+            iteration, slot_index = divmod(self.tick, self.ticks_per_iteration)
+            executed = False
+            records = []
+            for r, run in enumerate(self.runs):
+                slot = self.schedule[slot_index][r]
+                if not run.active:
+                    continue
+                if slot_index == 0 and self.mode != "bare":
+                    self._keyframe(run, iteration)
+                if slot is None:
+                    continue
+                h = self.history[run.name]
+                rec = run.execute(slot, iteration, self.tick, len(h), self.mode)
+                executed = True
+                if self.mode != "bare":
+                    h.append(self.tick, run.last_loss, run.grad_norm, run.param_norm, rec)
+                if rec is not None:
+                    records.append(rec)
+            self.tick += 1
+            if executed:
+                return records
+        return []
+
+    def step_iteration(self) -> list[OpRecord]:
+        """Step to the end of the current iteration."""
+        records: list[OpRecord] = []
+        target = self.iteration + 1
+        while self.tick < target * self.ticks_per_iteration and not self.stopped:
+            records += self.step()
+        return records
+
+    def iterate(self, iterations: int) -> Iterator[OpRecord]:
+        """Step until ``iterations`` iterations are done (or every run stopped), yielding records."""
+        end = iterations * self.ticks_per_iteration
+        while self.tick < end and not self.stopped:
+            yield from self.step()
+
+    # ------------------------------------------------------------ going back
+    def _replay(self, run: Run, r: int, to_tick: int, full_from: int | None = None) -> OpRecord | None:
+        """Restore ``run`` from the keyframe before ``to_tick`` and perform ops up to it."""
+        frames = self.history[run.name].keyframes
+        iteration = max(to_tick, 0) // self.ticks_per_iteration
+        start = max(k for k in frames if k <= iteration)
+        run.restore(frames[start])
+        h = self.history[run.name]
+        last = None
+        capturing = False
+        for t in range(start * self.ticks_per_iteration, to_tick + 1):
+            it, s = divmod(t, self.ticks_per_iteration)
+            slot = self.schedule[s][r]
+            if slot is None or not run.active:
+                continue
+            if full_from is not None and t >= full_from and not capturing:
+                run.current = run.capture()
+                capturing = True
+            mode: Mode = "full" if capturing else "bare"
+            last = run.execute(slot, it, t, h.index_at(t - 1) + 1, mode)
+        return last
+
+    def seek(self, tick: int) -> None:
+        """Go back to the moment just after ``tick`` (``-1``: the start) and forget later ops.
+
+        Stepping on from there repeats exactly what happened the first time:
+        the same batches and the same arithmetic.
+        """
+        tick = max(-1, min(tick, self.tick - 1))
+        for r, run in enumerate(self.runs):
+            h = self.history[run.name]
+            self._replay(run, r, tick)
+            h.truncate(tick)
+            for k in [k for k in h.keyframes if k * self.ticks_per_iteration > tick + 1]:
+                del h.keyframes[k]
+            if self.mode == "full" and len(h):
+                run.current = h.records[-1].snapshot
+            if len(h):
+                run.grad_norm, run.param_norm = h.grad_norm[-1], h.param_norm[-1]
+        self.tick = tick + 1
+
+    def record(self, run_name: str, index: int) -> OpRecord:
+        """The full record of op ``index`` of a run, rebuilt by replay when only scalars were kept."""
+        h = self.history[run_name]
+        if h.keep_records:
+            return h.records[index]
+        r = [x.name for x in self.runs].index(run_name)
+        shadow = self._shadows.get(run_name)
+        if shadow is None:
+            shadow = self._shadows[run_name] = Run(self.scenario.runs[r], self.scenario, self.device)
+        tick = h.ticks[index]
+        start = (tick // self.ticks_per_iteration) * self.ticks_per_iteration
+        rec = self._replay(shadow, r, tick, full_from=start)
+        assert rec is not None and rec.tick == tick
+        return rec
+
+    def record_at(self, run_name: str, tick: int) -> OpRecord | None:
+        """The record of the run's last op at or before ``tick``; ``None`` before its first."""
+        index = self.history[run_name].index_at(tick)
+        return None if index < 0 else self.record(run_name, index)
+
+    def initial(self, run_name: str) -> Snapshot:
+        """The state of a run before its first op."""
+        return self.history[run_name].keyframes[0]
+
+
+def parameter_count(lab: Lab) -> int:
+    """Number of trainable scalars in one run of ``lab``."""
+    return lab.runs[0].layout.total
+
+
+def set_threads(n: int = 1) -> None:
+    """Training steps of small models run fastest on one intra-op thread (see DESIGN.md)."""
+    torch.set_num_threads(n)

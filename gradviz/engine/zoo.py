@@ -1,0 +1,457 @@
+"""Models and seeded synthetic datasets, with the source text that builds and uses them.
+
+A :class:`Task` owns the real ``torch.nn`` modules of one run, its batches, and
+the Python lines the code panel shows for building the model and computing
+the loss. The loss line and the loss computation sit side by side in each
+task so the code shown and the code run cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from gradviz.engine.errors import ScenarioError
+from gradviz.engine.scenario import DataSpec, LoopSpec, ModelSpec, Scenario
+
+Batch = tuple[torch.Tensor, ...]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One part of an iteration that has its own loss and optimizer (the GAN has two)."""
+
+    name: str
+    optimizer: str
+    module: str
+    params: tuple[str, ...]
+    param_expr: str
+    loss_var: str
+
+
+def _generator(seed: int, *salt: int) -> torch.Generator:
+    g = torch.Generator()
+    mixed = seed
+    for s in salt:
+        mixed = (mixed * 1_000_003 + s + 1) % (2**63)
+    g.manual_seed(mixed)
+    return g
+
+
+class Task:
+    """Base class: modules, parameters, batches and source lines of one model kind."""
+
+    batch_vars: tuple[str, ...] = ("x", "y")
+    uses_iteration = False
+
+    def __init__(self, model: ModelSpec, data: DataSpec, seed: int, device: torch.device) -> None:
+        self.spec = model
+        self.data = data
+        self.seed = seed
+        self.device = device
+        self.modules: dict[str, nn.Module] = {}
+        self.outside: dict[str, nn.Parameter] = {}
+        # Models are initialised from the scenario's seed alone, so every run starts
+        # from the same weights; the global RNG of the host program is left alone.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.build()
+        self.params: dict[str, nn.Parameter] = {}
+        prefix = len(self.modules) > 1
+        for mname, module in self.modules.items():
+            for pname, p in module.named_parameters():
+                self.params[f"{mname}.{pname}" if prefix else pname] = p
+        self.params.update(self.outside)
+        self._apply_init(model.init)
+        for module in self.modules.values():
+            module.to(device)
+        for name, p in self.outside.items():
+            p.data = p.data.to(device)
+        self.inputs = tuple(t.to(device) for t in self.make_data(_generator(seed, 1)))
+
+    # -- to be provided by each kind
+    def build(self) -> None:
+        raise NotImplementedError
+
+    def make_data(self, g: torch.Generator) -> Batch:
+        return ()
+
+    def header(self) -> list[str]:
+        raise NotImplementedError
+
+    def loop_head(self) -> str:
+        return f"for {', '.join(self.batch_vars)} in batches:"
+
+    def forward_lines(self, phase: Phase, names: Sequence[str], loop: LoopSpec) -> list[str]:
+        raise NotImplementedError
+
+    def loss(self, phase: Phase, batch: Batch, iteration: int, loop: LoopSpec) -> torch.Tensor:
+        raise NotImplementedError
+
+    # -- shared
+    def phases(self) -> list[Phase]:
+        names = tuple(self.params)
+        expr = "model.parameters()"
+        if self.outside:
+            expr = "[*model.parameters(), " + ", ".join(self.outside) + "]"
+        return [Phase("", "optimizer", "model", names, expr, "loss")]
+
+    def batch(self, iteration: int) -> Batch:
+        """The batch of ``iteration``: a fixed order per seed, a new shuffle per epoch."""
+        if not self.inputs:
+            return ()
+        n, bs = self.data.n, self.data.batch_size
+        per_epoch = n // bs
+        epoch, j = divmod(iteration, per_epoch)
+        if self.data.shuffle:
+            order = torch.randperm(n, generator=_generator(self.seed, 2, epoch))
+            idx = order[j * bs : (j + 1) * bs].to(self.device)
+            return tuple(t.index_select(0, idx) for t in self.inputs)
+        return tuple(t[j * bs : (j + 1) * bs] for t in self.inputs)
+
+    def _apply_init(self, init: dict) -> None:
+        for name, value in init.items():
+            if name not in self.params:
+                import difflib
+
+                close = difflib.get_close_matches(name, list(self.params), n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ScenarioError(
+                    f"model.init.{name}: no such parameter; the model has "
+                    f"{', '.join(self.params)}.{hint}"
+                )
+            p = self.params[name]
+            try:
+                t = torch.as_tensor(value, dtype=p.dtype)
+                with torch.no_grad():
+                    p.copy_(t.expand_as(p) if t.dim() == 0 else t.reshape(p.shape))
+            except (RuntimeError, ValueError):
+                raise ScenarioError(
+                    f"model.init.{name}: found a value that does not fit the shape "
+                    f"{list(p.shape)}; allowed: a number or a nested list of that shape."
+                ) from None
+
+    @staticmethod
+    def scaled(line: str, loop: LoopSpec) -> str:
+        return f"{line} / {loop.accumulate}" if scales(loop) else line
+
+
+def scales(loop: LoopSpec) -> bool:
+    """Whether the loss is divided by the number of micro-batches."""
+    return loop.scale_loss and loop.accumulate > 1
+
+
+def _scale(loss: torch.Tensor, loop: LoopSpec) -> torch.Tensor:
+    return loss / loop.accumulate if scales(loop) else loss
+
+
+class Linear(Task):
+    """Linear regression ``y = w*x + b``: two parameters, so its loss surface is the true one."""
+
+    def build(self) -> None:
+        self.modules["model"] = nn.Linear(1, 1, bias=self.spec.bias)
+
+    def make_data(self, g: torch.Generator) -> Batch:
+        d = self.data
+        if d.x is not None:
+            x = torch.tensor(d.x, dtype=torch.float32).reshape(-1, 1)
+        else:
+            x = torch.randn(d.n, 1, generator=g)
+        y = d.slope * x + d.intercept + d.noise * torch.randn(d.n, 1, generator=g)
+        return x, y
+
+    def header(self) -> list[str]:
+        args = "1, 1" if self.spec.bias else "1, 1, bias=False"
+        lines = [f"model = torch.nn.Linear({args})"]
+        if self.spec.loss == "mse":
+            lines.append("loss_fn = torch.nn.MSELoss()")
+        return lines
+
+    def prediction(self, x: str) -> str:
+        return f"model({x})"
+
+    def forward_lines(self, phase: Phase, names: Sequence[str], loop: LoopSpec) -> list[str]:
+        x, y = names
+        pred = self.prediction(x)
+        if self.spec.loss == "mse":
+            return [self.scaled(f"loss = loss_fn({pred}, {y})", loop)]
+        return [self.scaled(f"loss = (({pred} - {y}) ** 2).mean() / 2", loop)]
+
+    def predict(self, x: torch.Tensor, iteration: int) -> torch.Tensor:
+        return self.modules["model"](x)
+
+    def loss(self, phase: Phase, batch: Batch, iteration: int, loop: LoopSpec) -> torch.Tensor:
+        x, y = batch
+        pred = self.predict(x, iteration)
+        if self.spec.loss == "mse":
+            loss = nn.functional.mse_loss(pred, y)
+        else:
+            loss = ((pred - y) ** 2).mean() / 2
+        return _scale(loss, loop)
+
+
+class LinearOffset(Linear):
+    """Linear regression plus an ``offset`` parameter that the optimizer holds outside the model."""
+
+    def build(self) -> None:
+        super().build()
+        self.outside["offset"] = nn.Parameter(torch.zeros(1))
+
+    def header(self) -> list[str]:
+        return [*super().header(), "offset = torch.nn.Parameter(torch.zeros(1))  # not in model"]
+
+    def loop_head(self) -> str:
+        if self.spec.offset_every > 1:
+            return "for i, (x, y) in enumerate(batches):"
+        return super().loop_head()
+
+    def prediction(self, x: str) -> str:
+        if self.spec.offset_every > 1:
+            return f"model({x}) + (offset if i % {self.spec.offset_every} == 0 else 0)"
+        return f"model({x}) + offset"
+
+    def predict(self, x: torch.Tensor, iteration: int) -> torch.Tensor:
+        out = self.modules["model"](x)
+        if iteration % self.spec.offset_every == 0:
+            out = out + self.outside["offset"]
+        return out
+
+
+class Logistic(Task):
+    """Logistic regression on two seeded Gaussian blobs in 2-D."""
+
+    def build(self) -> None:
+        self.modules["model"] = nn.Linear(2, 1)
+
+    def make_data(self, g: torch.Generator) -> Batch:
+        return _blobs(self.data, g)
+
+    def header(self) -> list[str]:
+        return ["model = torch.nn.Linear(2, 1)", "loss_fn = torch.nn.BCEWithLogitsLoss()"]
+
+    def forward_lines(self, phase: Phase, names: Sequence[str], loop: LoopSpec) -> list[str]:
+        x, y = names
+        return [self.scaled(f"loss = loss_fn(model({x}), {y})", loop)]
+
+    def loss(self, phase: Phase, batch: Batch, iteration: int, loop: LoopSpec) -> torch.Tensor:
+        x, y = batch
+        return _scale(nn.functional.binary_cross_entropy_with_logits(self.modules["model"](x), y), loop)
+
+
+def _blobs(d: DataSpec, g: torch.Generator) -> Batch:
+    labels = (torch.arange(d.n) % 2).float().reshape(-1, 1)
+    centre = torch.tensor([[1.0, 1.0]]) * (d.separation / (2 * math.sqrt(2)))
+    x = (2 * labels - 1) * centre + max(d.noise, 1e-3) * torch.randn(d.n, 2, generator=g)
+    return x, labels
+
+
+class MLP(Task):
+    """A multilayer perceptron of configurable widths, for regression or classification."""
+
+    def inputs_dim(self) -> int:
+        return 1 if self.data.kind == "line" else 2
+
+    def build(self) -> None:
+        act = {"tanh": "Tanh", "relu": "ReLU"}[self.spec.activation]
+        layers: list[nn.Module] = []
+        width = self.inputs_dim()
+        for w in self.spec.widths:
+            layers += [nn.Linear(width, w), getattr(nn, act)()]
+            width = w
+        layers.append(nn.Linear(width, 1))
+        self.modules["model"] = nn.Sequential(*layers)
+
+    def make_data(self, g: torch.Generator) -> Batch:
+        d = self.data
+        if d.kind == "blobs":
+            return _blobs(d, g)
+        if d.kind == "line":
+            x = torch.randn(d.n, 1, generator=g)
+            return x, d.slope * x + d.intercept + d.noise * torch.randn(d.n, 1, generator=g)
+        x = 4 * torch.rand(d.n, 2, generator=g) - 2
+        y = torch.sin(x[:, :1] * 1.5) * torch.cos(x[:, 1:]) + d.noise * torch.randn(d.n, 1, generator=g)
+        return x, y
+
+    def header(self) -> list[str]:
+        act = {"tanh": "torch.nn.Tanh()", "relu": "torch.nn.ReLU()"}[self.spec.activation]
+        dims = [self.inputs_dim(), *self.spec.widths, 1]
+        parts = []
+        for a, b in zip(dims[:-2], dims[1:-1], strict=True):
+            parts += [f"torch.nn.Linear({a}, {b})", act]
+        parts.append(f"torch.nn.Linear({dims[-2]}, 1)")
+        loss = "BCEWithLogitsLoss" if self.data.kind == "blobs" else "MSELoss"
+        return [
+            "model = torch.nn.Sequential(",
+            *[f"    {p}," for p in parts],
+            ")",
+            f"loss_fn = torch.nn.{loss}()",
+        ]
+
+    def forward_lines(self, phase: Phase, names: Sequence[str], loop: LoopSpec) -> list[str]:
+        x, y = names
+        return [self.scaled(f"loss = loss_fn(model({x}), {y})", loop)]
+
+    def loss(self, phase: Phase, batch: Batch, iteration: int, loop: LoopSpec) -> torch.Tensor:
+        x, y = batch
+        out = self.modules["model"](x)
+        if self.data.kind == "blobs":
+            return _scale(nn.functional.binary_cross_entropy_with_logits(out, y), loop)
+        return _scale(nn.functional.mse_loss(out, y), loop)
+
+
+class Function2D(nn.Module):
+    """A 2-D test function with its point as the one parameter ``xy``."""
+
+    formula = ""
+
+    def __init__(self, start: Sequence[float], condition: float = 1.0) -> None:
+        super().__init__()
+        self.xy = nn.Parameter(torch.tensor([float(v) for v in start]))
+        self.condition = condition
+
+    def forward(self) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class Quadratic(Function2D):
+    formula = "(x**2 + condition * y**2) / 2"
+
+    def forward(self) -> torch.Tensor:
+        x, y = self.xy[0], self.xy[1]
+        return (x**2 + self.condition * y**2) / 2
+
+
+class Rosenbrock(Function2D):
+    formula = "(1 - x)**2 + 100 * (y - x**2)**2"
+
+    def forward(self) -> torch.Tensor:
+        x, y = self.xy[0], self.xy[1]
+        return (1 - x) ** 2 + 100 * (y - x**2) ** 2
+
+
+class Saddle(Function2D):
+    formula = "(x**2 - y**2) / 2"
+
+    def forward(self) -> torch.Tensor:
+        x, y = self.xy[0], self.xy[1]
+        return (x**2 - y**2) / 2
+
+
+FUNCTIONS: dict[str, tuple[type[Function2D], tuple[float, float]]] = {
+    "quadratic": (Quadratic, (-2.0, 1.5)),
+    "rosenbrock": (Rosenbrock, (-1.5, 2.0)),
+    "saddle": (Saddle, (-2.0, 0.05)),
+}
+
+
+class Surface2D(Task):
+    """A 2-D test function: no data, the loss is the function at the current point."""
+
+    batch_vars = ()
+
+    def build(self) -> None:
+        cls, start = FUNCTIONS[self.spec.kind]
+        self.modules["model"] = cls(self.spec.start or start, self.spec.condition)
+
+    def header(self) -> list[str]:
+        cls, start = FUNCTIONS[self.spec.kind]
+        pt = list(self.spec.start or start)
+        args = f"start={pt}"
+        if self.spec.kind == "quadratic":
+            args += f", condition={self.spec.condition:g}"
+        return [f"model = {cls.__name__}({args})  # one parameter: model.xy = [x, y]"]
+
+    def loop_head(self) -> str:
+        return "for step in range(steps):"
+
+    def forward_lines(self, phase: Phase, names: Sequence[str], loop: LoopSpec) -> list[str]:
+        cls, _ = FUNCTIONS[self.spec.kind]
+        return [self.scaled("loss = model()", loop) + f"  # {cls.formula}"]
+
+    def loss(self, phase: Phase, batch: Batch, iteration: int, loop: LoopSpec) -> torch.Tensor:
+        return _scale(self.modules["model"](), loop)
+
+
+class GAN(Task):
+    """A tiny 1-D GAN: generator ``G`` and discriminator ``D``, each with its own optimizer."""
+
+    batch_vars = ("real", "z")
+
+    def build(self) -> None:
+        h = self.spec.hidden
+        self.modules["D"] = nn.Sequential(nn.Linear(1, h), nn.Tanh(), nn.Linear(h, 1))
+        self.modules["G"] = nn.Sequential(nn.Linear(1, h), nn.Tanh(), nn.Linear(h, 1))
+
+    def make_data(self, g: torch.Generator) -> Batch:
+        d = self.data
+        return (d.mean + d.std * torch.randn(d.n, 1, generator=g),)
+
+    def batch(self, iteration: int) -> Batch:
+        (real,) = super().batch(iteration)
+        z = torch.randn(real.shape[0], 1, generator=_generator(self.seed, 3, iteration))
+        return real, z.to(self.device)
+
+    def phases(self) -> list[Phase]:
+        d = tuple(n for n in self.params if n.startswith("D."))
+        g = tuple(n for n in self.params if n.startswith("G."))
+        return [
+            Phase("discriminator", "opt_d", "D", d, "D.parameters()", "loss_d"),
+            Phase("generator", "opt_g", "G", g, "G.parameters()", "loss_g"),
+        ]
+
+    def header(self) -> list[str]:
+        h = self.spec.hidden
+        net = f"torch.nn.Sequential(torch.nn.Linear(1, {h}), torch.nn.Tanh(), torch.nn.Linear({h}, 1))"
+        return [
+            f"D = {net}",
+            f"G = {net}",
+            "bce = torch.nn.BCEWithLogitsLoss()",
+            f"ones, zeros = torch.ones({self.data.batch_size}, 1), torch.zeros({self.data.batch_size}, 1)",
+        ]
+
+    def forward_lines(self, phase: Phase, names: Sequence[str], loop: LoopSpec) -> list[str]:
+        real, z = names
+        if phase.name == "generator":
+            return [f"loss_g = bce(D(G({z})), ones)"]
+        fake = "fake.detach()" if loop.fake == "detach" else "fake"
+        loss_line = f"loss_d = bce(D({real}), ones) + bce(D({fake}), zeros)"
+        if loop.fake == "no_grad":
+            return ["with torch.no_grad():", f"    fake = G({z})", loss_line]
+        return [f"fake = G({z})", loss_line]
+
+    def loss(self, phase: Phase, batch: Batch, iteration: int, loop: LoopSpec) -> torch.Tensor:
+        real, z = batch
+        D, G = self.modules["D"], self.modules["G"]
+        bce = nn.functional.binary_cross_entropy_with_logits
+        ones = torch.ones_like(real)
+        if phase.name == "generator":
+            return bce(D(G(z)), ones)
+        if loop.fake == "no_grad":
+            with torch.no_grad():
+                fake = G(z)
+        else:
+            fake = G(z)
+            if loop.fake == "detach":
+                fake = fake.detach()
+        return bce(D(real), ones) + bce(D(fake), torch.zeros_like(real))
+
+
+TASKS: dict[str, type[Task]] = {
+    "linear": Linear,
+    "linear-offset": LinearOffset,
+    "logistic": Logistic,
+    "mlp": MLP,
+    "quadratic": Surface2D,
+    "rosenbrock": Surface2D,
+    "saddle": Surface2D,
+    "gan": GAN,
+}
+
+
+def build_task(scenario: Scenario, device: torch.device) -> Task:
+    """Build the model and data of ``scenario`` on ``device``, from its seed."""
+    return TASKS[scenario.model.kind](scenario.model, scenario.data, scenario.seed, device)
