@@ -1,0 +1,254 @@
+"""The ``gradviz`` command: open the app, list and check scenarios, trace runs headless.
+
+Exit status: 0 on success, 2 when the user's input is wrong (one sentence on
+stderr), 1 on an internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from typing import IO, Any, NoReturn
+
+import gradviz
+
+DEFAULT_SCENARIO = "forgot-zero-grad"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one sentence and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: {message}; see `{self.prog} --help`.\n")
+        raise SystemExit(2)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, found {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, found {value}")
+    return value
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 1280x720, found {text!r}") from None
+    if not (320 <= w <= 7680 and 240 <= h <= 4320):
+        raise argparse.ArgumentTypeError(f"{w}x{h} is outside 320x240 to 7680x4320")
+    return w, h
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``gradviz`` command and its subcommands."""
+    p = _Parser(prog="gradviz", description="Watch a real PyTorch training loop one op at a time.")
+    p.add_argument("--version", action="version", version=f"gradviz {gradviz.__version__}")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+
+    o = sub.add_parser("open", help="open the app on a scenario (the default without a command)")
+    o.add_argument("scenario", nargs="?", default=DEFAULT_SCENARIO, help="built-in name or TOML file")
+
+    sub.add_parser("list", help="list the built-in scenarios")
+
+    c = sub.add_parser("check", help="validate a scenario file")
+    c.add_argument("file")
+
+    t = sub.add_parser("trace", help="run a scenario headless and write JSON Lines to stdout")
+    t.add_argument("scenario", help="built-in name or TOML file")
+    t.add_argument("--iterations", type=_positive_int, help="iterations to run (default: the scenario's)")
+    t.add_argument("--device", help="cpu, cuda, mps or auto (default: the scenario's)")
+    t.add_argument("--seed", type=int, help="seed for weights and batches (default: the scenario's)")
+    t.add_argument("--lr", type=float, help="learning rate for every optimizer")
+
+    s = sub.add_parser("snapshot", help="render the window offscreen after N ops and write a PNG")
+    s.add_argument("scenario", help="built-in name or TOML file")
+    s.add_argument("-o", "--output", required=True, help="PNG file to write")
+    s.add_argument("--ops", type=int, default=12, help="ticks to step before the picture (default 12)")
+    s.add_argument("--size", type=_size, default=(1280, 720), help="WIDTHxHEIGHT (default 1280x720)")
+    s.add_argument("--presentation", action="store_true", help="presentation mode: large type, no chrome")
+    return p
+
+
+# --------------------------------------------------------------------- JSON
+
+
+def _finite(value: Any) -> Any:
+    """Strict-JSON form: non-finite floats become the strings "nan", "inf", "-inf"."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
+
+
+def _plain(value: Any) -> Any:
+    if value is None:
+        return None
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value
+
+
+def record_to_json(rec: Any) -> dict[str, Any]:
+    """One op record as the JSON object ``gradviz trace`` writes."""
+    out: dict[str, Any] = {
+        "type": "op",
+        "run": rec.run,
+        "index": rec.index,
+        "tick": rec.tick,
+        "iteration": rec.iteration,
+        "phase": rec.phase,
+        "micro": rec.micro,
+        "op": rec.op,
+        "line": rec.line,
+        "loss": rec.loss,
+        "params": {k: _plain(v) for k, v in rec.params.items()},
+        "grads": {k: _plain(v) for k, v in rec.grads.items()},
+    }
+    if rec.op == "backward":
+        out["fresh_grads"] = {k: _plain(v) for k, v in (rec.fresh_grads or {}).items()}
+    out["state"] = {p: {k: _plain(v) for k, v in s.items()} for p, s in rec.state.items()}
+    out["lr"] = dict(rec.lr)
+    out["memory"] = dict(rec.memory)
+    out["diverged"] = rec.diverged
+    out["error"] = rec.error
+    return _finite(out)
+
+
+def _write(stream: IO[str], obj: dict[str, Any]) -> None:
+    stream.write(json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n")
+
+
+# ----------------------------------------------------------------- commands
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from gradviz.engine.scenario import builtin_names, load_builtin
+
+    names = builtin_names()
+    width = max(len(n) for n in names)
+    for name in names:
+        sc = load_builtin(name)
+        default = "  (default)" if name == DEFAULT_SCENARIO else ""
+        print(f"{name:<{width}}  {sc.title}{default}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from gradviz.engine.lab import Lab
+    from gradviz.engine.scenario import load_scenario_file
+
+    scenario = load_scenario_file(args.file)
+    # Building the lab checks what only the real model can tell (parameter names in init).
+    Lab(scenario.with_overrides(device="cpu"), record="bare")
+    runs = ", ".join(r.name for r in scenario.runs)
+    print(f"{args.file}: ok: {scenario.name!r}, model {scenario.model.kind}, runs: {runs}.")
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from gradviz.engine.lab import Lab, set_threads
+    from gradviz.engine.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario).with_overrides(
+        lr=args.lr, seed=args.seed, iterations=args.iterations, device=args.device
+    )
+    set_threads(1)
+    lab = Lab(scenario, record="full")
+    out = sys.stdout
+    _write(
+        out,
+        {
+            "type": "header",
+            "scenario": scenario.name,
+            "title": scenario.title,
+            "device": str(lab.device),
+            "seed": scenario.seed,
+            "iterations": scenario.iterations,
+            "ticks_per_iteration": lab.ticks_per_iteration,
+            "runs": [
+                {
+                    "name": run.name,
+                    "note": run.spec.note,
+                    "source": run.program.source,
+                    "params": {n: list(s) for n, s in zip(run.layout.names, run.layout.shapes, strict=True)},
+                }
+                for run in lab.runs
+            ],
+        },
+    )
+    for rec in lab.iterate(scenario.iterations):
+        _write(out, record_to_json(rec))
+    _write(
+        out,
+        {
+            "type": "end",
+            "runs": {
+                r.name: {"status": r.status, "error": r.error, "loss": _finite(r.last_loss)} for r in lab.runs
+            },
+        },
+    )
+    return 0
+
+
+def cmd_open(args: argparse.Namespace) -> int:
+    from gradviz.gui.app import run_app
+
+    return run_app(args.scenario)
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from gradviz.gui.snapshot import write_snapshot
+
+    write_snapshot(args.scenario, args.output, ops=args.ops, size=args.size, presentation=args.presentation)
+    print(args.output)
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "list": cmd_list,
+    "check": cmd_check,
+    "trace": cmd_trace,
+    "open": cmd_open,
+    "snapshot": cmd_snapshot,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``gradviz`` command; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    if args.command is None:
+        args = build_parser().parse_args(["open"])
+    from gradviz.engine.errors import UserError
+
+    try:
+        return COMMANDS[args.command](args)
+    except UserError as exc:
+        sys.stderr.write(f"gradviz: {exc}\n")
+        return 2
+    except BrokenPipeError:
+        # The reader (say `| head`) went away: not an error of ours or theirs.
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - last resort: a short message, not a traceback
+        sys.stderr.write(
+            f"gradviz: internal error ({type(exc).__name__}: {exc}); please report it with the command you ran.\n"
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
