@@ -78,7 +78,7 @@ class Lab:
         self.history = History([r.name for r in self.runs], keep_records=self.mode == "full")
         if self.mode != "bare":
             for run in self.runs:
-                self.history[run.name].keyframes[0] = run.current
+                self.history[run.name].keyframes[0] = (run.current, None)
         self._shadows: dict[str, Run] = {}
 
     # ---------------------------------------------------------------- stepping
@@ -98,38 +98,54 @@ class Lab:
     def _keyframe(self, run: Run, iteration: int) -> None:
         frames = self.history[run.name].keyframes
         if self.mode == "full":
-            frames[iteration] = run.current
+            frames[iteration] = (run.current, run.last_loss)
         elif iteration % self.keyframe_every == 0:
-            frames[iteration] = run.capture()
+            frames[iteration] = (run.capture(), run.last_loss)
 
-    def step(self) -> list[OpRecord]:
-        """Perform the next tick that has an op for some running run; return its records."""
+    def advance(self) -> list[tuple[str, int]]:
+        """Perform the next tick that has an op for some running run.
+
+        Returns ``(run name, op index)`` of each op performed; the records are
+        made only when asked for (:meth:`step` or :meth:`record`).
+        """
         while not self.stopped:
             iteration, slot_index = divmod(self.tick, self.ticks_per_iteration)
-            executed = False
-            records = []
+            done = []
             for r, run in enumerate(self.runs):
-                slot = self.schedule[slot_index][r]
                 if not run.active:
                     continue
                 if slot_index == 0 and self.mode != "bare":
                     self._keyframe(run, iteration)
+                slot = self.schedule[slot_index][r]
                 if slot is None:
                     continue
                 h = self.history[run.name]
-                rec = run.execute(slot, iteration, self.tick, len(h), self.mode)
-                executed = True
-                if self.mode != "bare":
-                    h.append(self.tick, run.last_loss, run.grad_norm, run.param_norm, rec)
-                if rec is not None:
-                    records.append(rec)
+                done.append((run.name, len(h)))
+                entry = run.execute(slot, iteration, self.tick, self.mode)
+                if entry is not None:
+                    h.append(self.tick, entry)
+                elif self.mode == "light":
+                    h.append(self.tick, None, run.last_loss, (run.grad_norm, run.param_norm))
             self.tick += 1
-            if executed:
-                return records
+            if done:
+                return done
         return []
 
+    def step(self) -> list[OpRecord]:
+        """Perform the next tick that has an op for some running run; return its records."""
+        done = self.advance()
+        if self.mode == "bare":
+            return []
+        return [self.record(name, index) for name, index in done]
+
+    def run_iterations(self, iterations: int) -> None:
+        """Step until ``iterations`` more iterations are done (or every run stopped)."""
+        end = (self.iteration + iterations) * self.ticks_per_iteration
+        while self.tick < end and not self.stopped:
+            self.advance()
+
     def step_iteration(self) -> list[OpRecord]:
-        """Step to the end of the current iteration."""
+        """Step to the end of the current iteration; return the records of its ops."""
         records: list[OpRecord] = []
         target = self.iteration + 1
         while self.tick < target * self.ticks_per_iteration and not self.stopped:
@@ -143,13 +159,12 @@ class Lab:
             yield from self.step()
 
     # ------------------------------------------------------------ going back
-    def _replay(self, run: Run, r: int, to_tick: int, full_from: int | None = None) -> OpRecord | None:
+    def _replay(self, run: Run, r: int, to_tick: int, full_from: int | None = None) -> tuple | None:
         """Restore ``run`` from the keyframe before ``to_tick`` and perform ops up to it."""
         frames = self.history[run.name].keyframes
         iteration = max(to_tick, 0) // self.ticks_per_iteration
         start = max(k for k in frames if k <= iteration)
-        run.restore(frames[start])
-        h = self.history[run.name]
+        run.restore(*frames[start])
         last = None
         capturing = False
         for t in range(start * self.ticks_per_iteration, to_tick + 1):
@@ -160,8 +175,8 @@ class Lab:
             if full_from is not None and t >= full_from and not capturing:
                 run.current = run.capture()
                 capturing = True
-            mode: Mode = "full" if capturing else "bare"
-            last = run.execute(slot, it, t, h.index_at(t - 1) + 1, mode)
+            mode: Mode = "full" if capturing else "replay"
+            last = run.execute(slot, it, t, mode)
         return last
 
     def seek(self, tick: int) -> None:
@@ -178,8 +193,8 @@ class Lab:
             for k in [k for k in h.keyframes if k * self.ticks_per_iteration > tick + 1]:
                 del h.keyframes[k]
             if self.mode == "full" and len(h):
-                run.current = h.records[-1].snapshot
-            if len(h):
+                run.current = h.entries[-1][6]
+            elif len(h):
                 run.grad_norm, run.param_norm = h.grad_norm[-1], h.param_norm[-1]
         self.tick = tick + 1
 
@@ -187,16 +202,16 @@ class Lab:
         """The full record of op ``index`` of a run, rebuilt by replay when only scalars were kept."""
         h = self.history[run_name]
         if h.keep_records:
-            return h.records[index]
+            return OpRecord.from_entry(run_name, index, h.entries[index])
         r = [x.name for x in self.runs].index(run_name)
         shadow = self._shadows.get(run_name)
         if shadow is None:
             shadow = self._shadows[run_name] = Run(self.scenario.runs[r], self.scenario, self.device)
         tick = h.ticks[index]
         start = (tick // self.ticks_per_iteration) * self.ticks_per_iteration
-        rec = self._replay(shadow, r, tick, full_from=start)
-        assert rec is not None and rec.tick == tick
-        return rec
+        entry = self._replay(shadow, r, tick, full_from=start)
+        assert entry is not None and entry[2] == tick
+        return OpRecord.from_entry(run_name, index, entry)
 
     def record_at(self, run_name: str, tick: int) -> OpRecord | None:
         """The record of the run's last op at or before ``tick``; ``None`` before its first."""
@@ -205,7 +220,7 @@ class Lab:
 
     def initial(self, run_name: str) -> Snapshot:
         """The state of a run before its first op."""
-        return self.history[run_name].keyframes[0]
+        return self.history[run_name].keyframes[0][0]
 
 
 def parameter_count(lab: Lab) -> int:

@@ -2,22 +2,39 @@
 
 A :class:`Snapshot` is the full state of one run (parameters, ``.grad`` with
 ``None`` kept distinct from zeros, optimizer state, learning rates) as flat
-numpy copies. An :class:`OpRecord` is what one op left behind. Small models
+copies. An :class:`OpRecord` is what one op left behind. Small models
 keep a snapshot per op; large ones keep per-op scalars plus a snapshot every
 few iterations (keyframes), and any op is rebuilt exactly by replay.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from array import array
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import numpy as np
+import torch
 
 from gradviz.engine.scenario import Op
+
+T = TypeVar("T")
+
+
+def _make(cls: type[T], *values: Any) -> T:
+    """Build a frozen dataclass without its generated ``__init__``.
+
+    Frozen ``__init__`` assigns through ``object.__setattr__`` field by field and
+    costs several times the recording of a small model's op; this fills the
+    instance dictionary in one call. The result is as frozen as any other.
+    """
+    obj = object.__new__(cls)
+    obj.__dict__.update(zip(cls.__dataclass_fields__, values, strict=False))
+    return obj
 
 
 @dataclass(frozen=True)
@@ -50,9 +67,20 @@ class Layout:
         return out
 
 
+def numpy_of(t: torch.Tensor) -> np.ndarray:
+    """A read-only numpy view of a tensor that nothing writes to any more."""
+    a = (t if t.device.type == "cpu" else t.cpu()).numpy()
+    a.flags.writeable = False
+    return a
+
+
 @dataclass(frozen=True, eq=False)
 class Snapshot:
-    """The full state of a run at one moment, as numpy copies made from the real tensors."""
+    """The full state of a run at one moment, copied from the real tensors.
+
+    The flat arrays are copies that nothing writes to; the named views are
+    made on first access, so recording an op costs only the copies.
+    """
 
     layout: Layout
     param_flat: np.ndarray
@@ -62,7 +90,6 @@ class Snapshot:
     state_flat: np.ndarray
     state_other: tuple[tuple[str, str, Any], ...]
     lr: Mapping[str, float]
-    loss: float | None
 
     @cached_property
     def params(self) -> dict[str, np.ndarray]:
@@ -75,10 +102,11 @@ class Snapshot:
     @cached_property
     def state(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {name: {} for name in self.layout.names}
+        flat = self.state_flat
         offset = 0
         for pname, key, shape, _dtype in self.state_keys:
             size = int(np.prod(shape))
-            view = self.state_flat[offset : offset + size].reshape(shape)
+            view = flat[offset : offset + size].reshape(shape)
             view.flags.writeable = False
             out[pname][key] = view
             offset += size
@@ -93,11 +121,11 @@ class Snapshot:
 
 @dataclass(frozen=True, eq=False)
 class OpRecord:
-    """What one op of one run left behind. Arrays are read-only numpy copies.
+    """What one op of one run left behind. Arrays are read-only numpy views of copies.
 
     ``grads[name] is None`` means PyTorch's ``.grad`` was ``None``, which is not
     the same as a tensor of zeros. ``fresh_grads`` (``backward`` only) holds what
-    this call alone added to each ``.grad``; ``None`` where it added nothing.
+    this call alone delivered to each ``.grad``; ``None`` where it added nothing.
     """
 
     run: str
@@ -113,10 +141,23 @@ class OpRecord:
     diverged: bool
     error: str | None
     snapshot: Snapshot
-    fresh_flat: np.ndarray | None = None
-    fresh_present: tuple[bool, ...] | None = None
+    fresh: tuple[torch.Tensor | None, ...] | None = None
     prior: Snapshot | None = None
-    memory: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_entry(cls, run: str, index: int, entry: Entry) -> OpRecord:
+        """The record of op ``index`` of ``run`` from what recording kept of it."""
+        slot, iteration, tick, loss, diverged, error, snap, fresh, prior = entry
+        return _make(
+            cls, run, index, tick, iteration, slot.micro, slot.phase, slot.op, slot.line, (slot.first, slot.last),
+            loss, diverged, error, snap, fresh, prior,
+        )  # fmt: skip
+
+    @property
+    def memory(self) -> dict[str, int]:
+        """Bytes held by parameters, by ``.grad`` tensors (none for ``None``) and by optimizer state."""
+        s = self.snapshot
+        return {"params": s.param_flat.nbytes, "grads": s.grad_flat.nbytes, "state": s.state_flat.nbytes}
 
     @property
     def params(self) -> dict[str, np.ndarray]:
@@ -136,9 +177,12 @@ class OpRecord:
 
     @cached_property
     def fresh_grads(self) -> dict[str, np.ndarray | None] | None:
-        if self.fresh_flat is None:
+        if self.fresh is None:
             return None
-        return self.snapshot.layout.split(self.fresh_flat, self.fresh_present)
+        out: dict[str, np.ndarray | None] = {}
+        for name, t in zip(self.snapshot.layout.names, self.fresh, strict=True):
+            out[name] = None if t is None else numpy_of(t)
+        return out
 
     @property
     def stale_grads(self) -> dict[str, np.ndarray | None] | None:
@@ -146,53 +190,125 @@ class OpRecord:
         return None if self.prior is None else self.prior.grads
 
 
-class RunHistory:
-    """The ops of one run: scalar columns for all, full records where kept."""
+# What recording keeps of one op: (slot, iteration, tick, loss, diverged, error,
+# snapshot, fresh, prior). A plain tuple, because building the record object for
+# every op would cost more than the copies; records are made when read.
+Entry = tuple
 
-    def __init__(self, keep_records: bool) -> None:
+
+class _Records(Sequence[OpRecord]):
+    """The full records of a run, made from the kept entries when read."""
+
+    def __init__(self, history: RunHistory) -> None:
+        self._h = history
+
+    def __len__(self) -> int:
+        return len(self._h.entries)
+
+    @overload
+    def __getitem__(self, i: int) -> OpRecord: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[OpRecord]: ...
+    def __getitem__(self, i: int | slice) -> OpRecord | list[OpRecord]:
+        n = len(self._h.entries)
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(n))]
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        return OpRecord.from_entry(self._h.run, i, self._h.entries[i])
+
+
+class RunHistory:
+    """The ops of one run: a tick per op, full entries where kept, scalar columns for the timeline.
+
+    With full entries the columns are derived from them when first read, so
+    recording an op does no arithmetic for the timeline.
+    """
+
+    def __init__(self, run: str, keep_records: bool) -> None:
+        self.run = run
         self.keep_records = keep_records
         self.ticks = array("q")
-        self.loss = array("d")
-        self.grad_norm = array("d")
-        self.param_norm = array("d")
-        self.records: list[OpRecord] = []
-        self.keyframes: dict[int, Snapshot] = {}
+        self.entries: list[Entry] = []
+        self.records = _Records(self)
+        self.keyframes: dict[int, tuple[Snapshot, float | None]] = {}
+        self._columns = {"loss": array("d"), "grad_norm": array("d"), "param_norm": array("d")}
 
     def __len__(self) -> int:
         return len(self.ticks)
 
-    def append(self, tick: int, loss: float | None, grad_norm: float, param_norm: float, rec: OpRecord | None) -> None:
+    def append(self, tick: int, entry: Entry | None, loss: float | None = None, norms: tuple = ()) -> None:
+        """Add one op: its entry (full mode), or its loss and (grad, param) norms (light mode)."""
         self.ticks.append(tick)
-        self.loss.append(np.nan if loss is None else loss)
-        self.grad_norm.append(grad_norm)
-        self.param_norm.append(param_norm)
-        if self.keep_records and rec is not None:
-            self.records.append(rec)
+        if entry is not None:
+            self.entries.append(entry)
+        else:
+            c = self._columns
+            c["loss"].append(math.nan if loss is None else loss)
+            c["grad_norm"].append(norms[0])
+            c["param_norm"].append(norms[1])
+
+    def _column(self, name: str) -> array:
+        col = self._columns[name]
+        if self.keep_records:
+            loss, grad, param = self._columns.values()
+            for entry in self.entries[len(col) :]:
+                snap = entry[6]
+                loss.append(math.nan if entry[3] is None else entry[3])
+                grad.append(float(np.linalg.norm(snap.grad_flat)))
+                param.append(float(np.linalg.norm(snap.param_flat)))
+        return col
+
+    @property
+    def loss(self) -> array:
+        """Loss after each op (nan before the first forward)."""
+        return self._column("loss")
+
+    @property
+    def grad_norm(self) -> array:
+        """Norm of all ``.grad`` after each op (``None`` counts as nothing)."""
+        return self._column("grad_norm")
+
+    @property
+    def param_norm(self) -> array:
+        """Norm of all parameters after each op."""
+        return self._column("param_norm")
 
     def index_at(self, tick: int) -> int:
         """Index of the last op with ``tick`` at or before ``tick``; -1 if none."""
-        import bisect
-
         return bisect.bisect_right(self.ticks, tick) - 1
 
     def truncate(self, tick: int) -> None:
-        """Forget every op after ``tick`` (and the keyframes of later iterations)."""
+        """Forget every op after ``tick``."""
         keep = self.index_at(tick) + 1
-        for col in (self.ticks, self.loss, self.grad_norm, self.param_norm):
+        del self.ticks[keep:]
+        del self.entries[keep:]
+        for col in self._columns.values():
             del col[keep:]
-        del self.records[keep:]
 
     @property
     def nbytes(self) -> int:
-        cols = sum(c.itemsize * len(c) for c in (self.ticks, self.loss, self.grad_norm, self.param_norm))
-        return cols + sum(s.nbytes for s in self.keyframes.values())
+        """Bytes of array data held: columns, keyframes, and each distinct copy kept by entries."""
+        cols = sum(c.itemsize * len(c) for c in (self.ticks, *self._columns.values()))
+        seen: dict[int, int] = {}
+        arrays = [a for s, _ in self.keyframes.values() for a in (s.param_flat, s.grad_flat, s.state_flat)]
+        for entry in self.entries:
+            s = entry[6]
+            arrays += [s.param_flat, s.grad_flat, s.state_flat]
+            arrays += [numpy_of(t) for t in entry[7] or () if t is not None]
+        for a in arrays:
+            base = a if a.base is None else a.base
+            seen[id(base)] = getattr(base, "nbytes", a.nbytes)
+        return cols + sum(seen.values())
 
 
 class History:
     """Every run's ops in order, addressable by run name and op index or by tick."""
 
     def __init__(self, runs: list[str], keep_records: bool) -> None:
-        self.runs = {name: RunHistory(keep_records) for name in runs}
+        self.runs = {name: RunHistory(name, keep_records) for name in runs}
 
     def __getitem__(self, run: str) -> RunHistory:
         return self.runs[run]

@@ -10,29 +10,27 @@ import torch
 from torch._utils import _flatten_dense_tensors
 
 from gradviz.engine.loop import OpSlot, build_program
-from gradviz.engine.record import Layout, OpRecord, Snapshot
+from gradviz.engine.record import Entry, Layout, Snapshot, _make
 from gradviz.engine.scenario import RunSpec, Scenario
 from gradviz.engine.zoo import Batch, Phase, build_task
 
-Mode = Literal["bare", "light", "full"]
+Mode = Literal["replay", "bare", "light", "full"]
 EMPTY = np.zeros(0, dtype=np.float32)
 EMPTY.flags.writeable = False
 
 
 def _flat(tensors: list[torch.Tensor]) -> np.ndarray:
-    """One copy of many tensors into a new read-only float array (one C++ call, not one per tensor)."""
+    """One copy of many tensors into a new flat array: one C++ call, not one per tensor.
+
+    Callers run it with autograd off (``torch._C._set_grad_enabled``): the
+    ``no_grad`` context manager would cost as much as the copy itself.
+    """
     if not tensors:
         return EMPTY
-    with torch.no_grad():
-        flat = _flatten_dense_tensors(tensors)
-        # One tensor comes back as a view of itself; the record needs a copy.
-        out = (flat.clone() if len(tensors) == 1 else flat).cpu().numpy()
-    out.flags.writeable = False
-    return out
-
-
-def _norm(a: np.ndarray) -> float:
-    return float(np.sqrt(np.dot(a, a))) if a.size else 0.0
+    flat = _flatten_dense_tensors(tensors)
+    if len(tensors) == 1:
+        flat = flat.clone()  # a single tensor comes back as a view of itself
+    return (flat if flat.device.type == "cpu" else flat.cpu()).numpy()
 
 
 class Run:
@@ -72,6 +70,8 @@ class Run:
         self.error: str | None = None
         self.grad_norm = 0.0
         self.param_norm = 0.0
+        self._state_cache: tuple[tuple[int, ...], Any] | None = None
+        self._on_gpu = device.type != "cpu"
         self.current = self.capture()
 
     def _hook(self, i: int) -> Any:
@@ -136,12 +136,14 @@ class Run:
         else:
             self._step(phase)
 
-    def execute(self, slot: OpSlot, iteration: int, tick: int, index: int, mode: Mode) -> OpRecord | None:
+    def execute(self, slot: OpSlot, iteration: int, tick: int, mode: Mode) -> Entry | None:
         """Perform ``slot``'s op for real; record it as ``mode`` asks.
 
         An exception from PyTorch (for example ``p.grad`` being ``None`` in a
         manual loop) stops this run with that error, as it would stop the
         user's program; a non-finite loss or parameter marks it diverged.
+        ``replay`` mode repeats ops already checked, so it skips the checks.
+        In ``full`` mode the result is what the history keeps of the op.
         """
         prior = self.current
         try:
@@ -150,154 +152,162 @@ class Run:
             self.status = "error"
             self.error = f"{type(exc).__name__}: {exc}"
             self._live_loss.clear()
+        if mode == "replay":
+            return None
         if slot.op == "forward" and self.last_loss is not None and not math.isfinite(self.last_loss):
             self.status = "diverged"
-        if mode == "bare":
-            if slot.op == "step" and self.status == "running":
-                with torch.no_grad():
-                    finite = bool(torch.isfinite(_flatten_dense_tensors(self.tensors)).all())
-                if not finite:
+        grad_mode = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            if mode == "bare":
+                if slot.op == "step" and not np.isfinite(_flat(self.tensors)).all():
                     self.status = "diverged"
-            return None
-        return self._capture_op(slot, iteration, tick, index, mode, prior)
+                return None
+            if mode == "light":
+                self._measure(slot.op)
+                return None
+            return self._capture_op(slot, iteration, tick, prior)
+        finally:
+            torch._C._set_grad_enabled(grad_mode)
 
     # ------------------------------------------------------------ recording
-    def _grads(self) -> tuple[np.ndarray, tuple[bool, ...]]:
-        present = tuple(p.grad is not None for p in self.tensors)
-        return _flat([p.grad for p in self.tensors if p.grad is not None]), present
+    def _grads(self) -> tuple[torch.Tensor, tuple[bool, ...]]:
+        grads = [p.grad for p in self.tensors]
+        present = tuple(g is not None for g in grads)
+        return _flat([g for g in grads if g is not None]), present
 
-    def _state(self) -> tuple[tuple, np.ndarray, tuple]:
+    def _state_layout(self) -> tuple[list[tuple[Any, Any, bool]], tuple, tuple]:
+        """Where each optimizer-state tensor lives (and whether it needs a float copy).
+
+        Rebuilt only when entries appear, which happens at the first steps.
+        """
+        sizes = tuple(len(opt.state) for opt in self.optimizers.values())
+        if self._state_cache is not None and self._state_cache[0] == sizes:
+            return self._state_cache[1]
+        refs: list[tuple[Any, Any, bool]] = []
         keys: list[tuple[str, str, tuple[int, ...], str]] = []
-        tensors: list[torch.Tensor] = []
         other: list[tuple[str, str, Any]] = []
         for opt in self.optimizers.values():
             for group in opt.param_groups:
                 for p in group["params"]:
-                    for key, value in opt.state.get(p, {}).items():
-                        name = self._by_id[id(p)]
+                    entries = opt.state.get(p, {})
+                    name = self._by_id[id(p)]
+                    for key, value in entries.items():
                         if isinstance(value, torch.Tensor):
                             where = "cpu" if value.device.type == "cpu" else "param"
                             keys.append((name, key, tuple(value.shape), f"{value.dtype}@{where}"))
-                            tensors.append(value.float())
+                            refs.append((entries, key, value.dtype != torch.float32))
                         else:
                             other.append((name, key, value))
-        return tuple(keys), _flat(tensors), tuple(other)
+        layout = (refs, tuple(keys), tuple(other))
+        self._state_cache = (sizes, layout)
+        return layout
+
+    def _state(self) -> tuple[tuple, torch.Tensor, tuple]:
+        refs, keys, other = self._state_layout()
+        return keys, _flat(self._state_tensors(refs)), other
+
+    @staticmethod
+    def _state_tensors(refs: list[tuple[Any, Any, bool]]) -> list[torch.Tensor]:
+        return [entries[key].float() if convert else entries[key] for entries, key, convert in refs]
 
     def capture(self) -> Snapshot:
         """A full snapshot of this run now, copied from the real tensors."""
-        grad_flat, present = self._grads()
-        keys, state_flat, other = self._state()
-        return Snapshot(
-            self.layout, _flat(self.tensors), grad_flat, present, keys, state_flat, other, self.lrs(), self.last_loss
-        )
+        grad_mode = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            grad_flat, present = self._grads()
+            keys, state_flat, other = self._state()
+            params = _flat(self.tensors)
+        finally:
+            torch._C._set_grad_enabled(grad_mode)
+        return _make(Snapshot, self.layout, params, grad_flat, present, keys, state_flat, other, self.lrs())
 
-    def _capture_op(
-        self, slot: OpSlot, iteration: int, tick: int, index: int, mode: Mode, prior: Snapshot
-    ) -> OpRecord | None:
+    def _measure(self, op: str) -> None:
+        """Light recording: only the norms the timeline plots."""
+        if op in ("zero_grad", "backward"):
+            self.grad_norm = _torch_norm([p.grad for p in self.tensors if p.grad is not None])
+        elif op == "step":
+            self.param_norm = _torch_norm(self.tensors)
+            if not math.isfinite(self.param_norm):
+                self.status = "diverged"
+
+    def _capture_op(self, slot: OpSlot, iteration: int, tick: int, prior: Snapshot) -> Entry:
         op = slot.op
-        fresh_flat = fresh_present = None
-        if mode == "light":
-            if op in ("zero_grad", "backward"):
-                grads = [p.grad for p in self.tensors if p.grad is not None]
-                self.grad_norm = _torch_norm(grads)
-            elif op == "step":
-                self.param_norm = _torch_norm(self.tensors)
-                if not math.isfinite(self.param_norm):
-                    self.status = "diverged"
-            return None
-        snap = prior
+        fresh = None
+        snap = p = prior
         if op in ("zero_grad", "backward"):
             grad_flat, present = self._grads()
-            self.grad_norm = _norm(grad_flat)
-            snap = Snapshot(
-                prior.layout, prior.param_flat, grad_flat, present, prior.state_keys, prior.state_flat,
-                prior.state_other, prior.lr, self.last_loss,
-            )  # fmt: skip
+            if grad_flat.size or any(p.grad_present):
+                snap = _make(
+                    Snapshot, p.layout, p.param_flat, grad_flat, present, p.state_keys, p.state_flat,
+                    p.state_other, p.lr,
+                )  # fmt: skip
             if op == "backward":
-                fresh_present = tuple(i in self._fresh for i in range(len(self.tensors)))
-                fresh_flat = _flat([self._fresh[i] for i in range(len(self.tensors)) if i in self._fresh])
+                # The hook's tensors are never written again (holding them stops autograd
+                # from reusing them as .grad), so references are as good as copies.
+                fresh = tuple(map(self._fresh.get, range(len(self.tensors))))
+                if self._on_gpu:
+                    fresh = tuple(_cpu(t) for t in fresh)
         elif op == "step":
-            params = _flat(self.tensors)
-            self.param_norm = _norm(params)
+            refs, keys, other = self._state_layout()
+            both = _flat(self.tensors + self._state_tensors(refs))
+            params, state_flat = both[: self.layout.total], both[self.layout.total :]
             if not np.isfinite(params).all():
                 self.status = "diverged"
-            keys, state_flat, other = self._state()
-            snap = Snapshot(
-                prior.layout, params, prior.grad_flat, prior.grad_present, keys, state_flat, other,
-                self.lrs(), self.last_loss,
-            )  # fmt: skip
-        elif op == "forward":
-            snap = Snapshot(
-                prior.layout, prior.param_flat, prior.grad_flat, prior.grad_present, prior.state_keys,
-                prior.state_flat, prior.state_other, prior.lr, self.last_loss,
+            lrs = self.lrs()
+            snap = _make(
+                Snapshot, p.layout, params, p.grad_flat, p.grad_present, keys, state_flat, other,
+                p.lr if lrs == p.lr else lrs,
             )  # fmt: skip
         self.current = snap
-        item = 4  # bytes per float32
-        memory = {
-            "params": prior.layout.total * item,
-            "grads": snap.grad_flat.size * item,
-            "state": snap.state_flat.size * item,
-        }
-        return OpRecord(
-            run=self.name,
-            index=index,
-            tick=tick,
-            iteration=iteration,
-            micro=slot.micro,
-            phase=slot.phase,
-            op=op,
-            line=slot.line,
-            lines=(slot.first, slot.last),
-            loss=self.last_loss,
-            diverged=self.status == "diverged",
-            error=self.error,
-            snapshot=snap,
-            fresh_flat=fresh_flat,
-            fresh_present=fresh_present,
-            prior=prior if op == "backward" else None,
-            memory=memory,
-        )
+        prior_snap = prior if op == "backward" else None
+        return (slot, iteration, tick, self.last_loss, self.status == "diverged", self.error, snap, fresh, prior_snap)
 
     # -------------------------------------------------------------- restore
-    def restore(self, snap: Snapshot) -> None:
+    def restore(self, snap: Snapshot, loss: float | None) -> None:
         """Put this run back into the state ``snap`` was copied from (at an iteration start)."""
         device = self.tensors[0].device
         with torch.no_grad():
             for p, value in zip(self.tensors, snap.params.values(), strict=True):
-                p.copy_(torch.from_numpy(value.copy()).to(device))
-        for p, g in zip(self.tensors, snap.grads.values(), strict=True):
-            p.grad = None if g is None else torch.from_numpy(g.copy()).to(device)
-        params = {name: p for name, p in self.task.params.items()}
+                p.copy_(torch.from_numpy(value.copy()))
+            for p, g in zip(self.tensors, snap.grads.values(), strict=True):
+                p.grad = None if g is None else torch.from_numpy(g.copy()).to(device)
+        params = self.task.params
+        owner = {id(p): opt for opt in self.optimizers.values() for g in opt.param_groups for p in g["params"]}
         for opt in self.optimizers.values():
             opt.state.clear()
-        owner = {id(p): opt for opt in self.optimizers.values() for g in opt.param_groups for p in g["params"]}
-        state = snap.state
-        dtypes = {(k[0], k[1]): k[3] for k in snap.state_keys}
-        for pname, entries in state.items():
+        offset = 0
+        for pname, key, shape, kind in snap.state_keys:
+            dtype_name, where = kind.split("@")
+            size = math.prod(shape)
+            value = torch.from_numpy(snap.state_flat[offset : offset + size].reshape(shape).copy())
+            offset += size
+            t = value.to(getattr(torch, dtype_name.removeprefix("torch.")))
             p = params[pname]
-            for key, value in entries.items():
-                if isinstance(value, np.ndarray):
-                    dtype_name, where = dtypes[(pname, key)].split("@")
-                    dtype = getattr(torch, dtype_name.removeprefix("torch."))
-                    t = torch.from_numpy(value.copy()).to(dtype)
-                    owner[id(p)].state[p][key] = t if where == "cpu" else t.to(device)
-                else:
-                    owner[id(p)].state[p][key] = value
+            owner[id(p)].state[p][key] = t if where == "cpu" else t.to(device)
+        for pname, key, other in snap.state_other:
+            p = params[pname]
+            owner[id(p)].state[p][key] = other
         for name, opt in self.optimizers.items():
             for group in opt.param_groups:
                 group["lr"] = snap.lr[name]
+        self._state_cache = None
         self._live_loss.clear()
         self._fresh.clear()
-        self.last_loss = snap.loss
+        self.last_loss = loss
         self.status = "running"
         self.error = None
-        self.grad_norm = _norm(snap.grad_flat)
-        self.param_norm = _norm(snap.param_flat)
+        self.grad_norm = float(np.linalg.norm(snap.grad_flat))
+        self.param_norm = float(np.linalg.norm(snap.param_flat))
         self.current = snap
+
+
+def _cpu(t: torch.Tensor | None) -> torch.Tensor | None:
+    return t if t is None or t.device.type == "cpu" else t.cpu()
 
 
 def _torch_norm(tensors: list[torch.Tensor]) -> float:
     if not tensors:
         return 0.0
-    with torch.no_grad():
-        return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors))))
+    return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors))))

@@ -72,6 +72,9 @@ class Task:
         for name, p in self.outside.items():
             p.data = p.data.to(device)
         self.inputs = tuple(t.to(device) for t in self.make_data(_generator(seed, 1)))
+        # The shuffled order of the latest epoch, split into batches: a function of
+        # (seed, epoch) alone, so going back in time draws the same batches.
+        self._epoch: tuple[int, tuple[torch.Tensor, ...]] = (-1, ())
 
     # -- to be provided by each kind
     def build(self) -> None:
@@ -108,8 +111,10 @@ class Task:
         per_epoch = n // bs
         epoch, j = divmod(iteration, per_epoch)
         if self.data.shuffle:
-            order = torch.randperm(n, generator=_generator(self.seed, 2, epoch))
-            idx = order[j * bs : (j + 1) * bs].to(self.device)
+            if self._epoch[0] != epoch:
+                order = torch.randperm(n, generator=_generator(self.seed, 2, epoch)).to(self.device)
+                self._epoch = (epoch, order.split(bs))
+            idx = self._epoch[1][j]
             return tuple(t.index_select(0, idx) for t in self.inputs)
         return tuple(t[j * bs : (j + 1) * bs] for t in self.inputs)
 

@@ -1,0 +1,127 @@
+"""Cost of recording, history memory, and time to rebuild an op by replay.
+
+Each figure is a ratio against a peer measured in the same process (bare loop
+versus recorded loop, interleaved in rounds), because machines here are shared
+and noisy. Run: ``python bench/bench_engine.py [--iterations N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+import tracemalloc
+
+from gradviz.engine.lab import Lab, set_threads
+from gradviz.engine.scenario import loads_scenario
+
+LINEAR = """
+name = "bench-linear"
+[model]
+kind = "linear"
+[data]
+kind = "line"
+n = 1000
+batch_size = 32
+[optimizer]
+kind = "SGD"
+lr = 0.05
+momentum = 0.9
+"""
+
+MLP = """
+name = "bench-mlp-17k"
+[model]
+kind = "mlp"
+widths = [128, 128]
+[data]
+kind = "wave"
+n = 1000
+batch_size = 32
+[optimizer]
+kind = "Adam"
+lr = 0.001
+"""
+
+
+def overhead(text: str, iterations: int, rounds: int) -> tuple[float, float, Lab]:
+    """Recorded/bare time ratio, and recorded iterations per second.
+
+    Both labs live side by side and take turns in short chunks, in random
+    order, so that drifts of a shared machine hit both alike; the ratio is
+    the median chunk time of one over the other's.
+    """
+    scenario = loads_scenario(text, "bench")
+    labs = {"bare": Lab(scenario, record="bare"), "recorded": Lab(scenario)}
+    for lab in labs.values():
+        lab.run_iterations(20)  # first-call costs (optimizer state creation) stay out
+    times: dict[str, list[float]] = {name: [] for name in labs}
+    for _ in range(rounds):
+        order = list(labs)
+        random.shuffle(order)
+        for name in order:
+            lab = labs[name]
+            start = time.perf_counter()
+            lab.run_iterations(iterations)
+            times[name].append(time.perf_counter() - start)
+    recorded = statistics.median(times["recorded"])
+    return recorded / statistics.median(times["bare"]), iterations / recorded, labs["recorded"]
+
+
+def memory_per_iteration(text: str, iterations: int) -> tuple[float, int, str]:
+    """Memory the history grows by per iteration.
+
+    tracemalloc sees Python objects; the copies themselves live in PyTorch's
+    allocator, so their bytes are counted by the history (each buffer once).
+    """
+    lab = Lab(loads_scenario(text, "bench"))
+    lab.run_iterations(1)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    lab.run_iterations(iterations)
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    grown += lab.history.nbytes
+    return grown / iterations, lab.keyframe_every, lab.mode
+
+
+def rebuild_times(lab: Lab, samples: int) -> tuple[float, float]:
+    """Median and worst time to rebuild a full record of a random op (by replay when needed)."""
+    h = lab.history[lab.runs[0].name]
+    times = []
+    for _ in range(samples):
+        index = random.randrange(len(h))
+        start = time.perf_counter()
+        rec = lab.record(lab.runs[0].name, index)
+        times.append(time.perf_counter() - start)
+        assert rec.index == index
+    return statistics.median(times), max(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--iterations", type=int, default=25, help="iterations per timed chunk")
+    parser.add_argument("--rounds", type=int, default=200, help="chunks per lab")
+    parser.add_argument("--memory-iterations", type=int, default=10_000)
+    args = parser.parse_args()
+    set_threads(1)
+    random.seed(0)
+    for label, text in (("linear regression, SGD", LINEAR), ("MLP 2-128-128-1 (17k), Adam", MLP)):
+        ratio, rate, lab = overhead(text, args.iterations, args.rounds)
+        print(f"{label}")
+        print(f"  recorded iterations/s      {rate:10.0f}")
+        print(f"  recorded / bare time       {ratio:10.3f}   (must be <= 1.10)")
+        per_it, every, mode = memory_per_iteration(text, args.memory_iterations)
+        print(
+            f"  history per iteration      {per_it:10.0f} B over {args.memory_iterations} iterations"
+            f" ({mode} records, keyframe every {every})"
+        )
+        lab = Lab(loads_scenario(text, "bench"))
+        lab.run_iterations(min(args.memory_iterations, 2000))
+        median, worst = rebuild_times(lab, 50)
+        print(f"  rebuild one op             {median * 1e3:10.2f} ms median, {worst * 1e3:.2f} ms worst")
+
+
+if __name__ == "__main__":
+    main()

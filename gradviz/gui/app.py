@@ -1,0 +1,63 @@
+"""``gradviz open``: start the app, show the window at once, and load the lab after it is up."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from gradviz.gui.render import application
+from gradviz.gui.settings import settings
+from gradviz.gui.window import DEFAULT_SCENARIO, MainWindow
+
+
+def has_display() -> bool:
+    """Whether a window can be shown: a display server, or a Qt platform chosen explicitly."""
+    if sys.platform in ("win32", "darwin"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or os.environ.get("QT_QPA_PLATFORM"))
+
+
+def tune_malloc() -> None:
+    """Keep glibc from returning and re-faulting freed buffers on every op (see DESIGN.md)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    libc.mallopt(m_trim_threshold, 1 << 30)
+    libc.mallopt(m_mmap_threshold, 32 << 20)
+
+
+def launch(scenario_arg: str | None) -> tuple[QApplication, MainWindow]:
+    """Create the application and show the window; the scenario loads once the event loop runs.
+
+    ``None`` opens the scenario of the last session (the default one the first time).
+    """
+    app = application()
+    window = MainWindow()
+    window.show()
+    source = scenario_arg or str(settings().value("last_scenario", DEFAULT_SCENARIO))
+    # torch is imported by the worker thread when it builds the lab, after the window is up.
+    QTimer.singleShot(0, lambda: window.open_scenario(source))
+    return app, window
+
+
+def run_app(scenario_arg: str) -> int:
+    """Open the window on ``scenario_arg`` and run until it is closed; returns the exit status."""
+    if not has_display():
+        sys.stderr.write(
+            "gradviz: there is no display to open a window on (DISPLAY and WAYLAND_DISPLAY are unset); "
+            "use `gradviz snapshot SCENARIO -o out.png` or `gradviz export` to render without one.\n"
+        )
+        return 2
+    tune_malloc()
+    app, window = launch(scenario_arg)
+    code = app.exec()
+    window.controller.shutdown()
+    return int(code)

@@ -1,0 +1,305 @@
+"""The controller: turns user requests into worker jobs and keeps the cursor the views draw.
+
+Requests made while the worker is busy are dropped rather than queued, so a
+burst of key presses never leaves a backlog of stale ops. During Play the next
+op is asked for only when the previous one is back.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, QThread, QTimer, Signal
+
+from gradviz.gui.tape import LabInfo, Moment, StepResult, Tape
+from gradviz.gui.worker import LabWorker
+
+if TYPE_CHECKING:
+    from gradviz.engine.scenario import Scenario
+
+SPEEDS = (1, 2, 4, 8, 15, 30, 0)  # ops per second; 0: as fast as the worker goes
+
+
+class Controller(QObject):
+    """Owns the worker (on its own thread, or inline for offscreen rendering) and the cursor.
+
+    Parameters
+    ----------
+    threaded:
+        Run ops on a worker thread (the app) or inline, synchronously (snapshots).
+    """
+
+    lab_changed = Signal(object)
+    changed = Signal()
+    busy_changed = Signal(bool)
+    playing_changed = Signal(bool)
+    failed = Signal(str)
+
+    _build = Signal(object, int, int, object)
+    _step = Signal(int, int)
+    _reset = Signal(int)
+    _fetch = Signal(object, int)
+
+    def __init__(self, threaded: bool = True, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.worker = LabWorker()
+        self.thread: QThread | None = None
+        if threaded:
+            self.thread = QThread()
+            self.thread.setObjectName("gradviz-lab")
+            self.worker.moveToThread(self.thread)
+            self.thread.start()
+        self._build.connect(self.worker.build)
+        self._step.connect(self.worker.step)
+        self._reset.connect(self.worker.reset)
+        self._fetch.connect(self.worker.fetch)
+        self.worker.built.connect(self._on_built)
+        self.worker.stepped.connect(self._on_stepped)
+        self.worker.was_reset.connect(self._on_reset)
+        self.worker.fetched.connect(self._on_fetched)
+        self.worker.failed.connect(self._on_failed)
+
+        self.info: LabInfo | None = None
+        self.tape: Tape | None = None
+        self.cursor = -1
+        self.generation = 0
+        self._lab_generation = 0
+        self.busy = False
+        self.playing = False
+        self.speed = 4
+        self._fetching = False
+        self._replaying = False
+        self._last_play_step = 0.0
+        self._play_limit: int | None = None
+        self._play_timer = QTimer(self)
+        self._play_timer.setSingleShot(True)
+        self._play_timer.timeout.connect(self._play_next)
+
+    # ------------------------------------------------------------ lifetime
+    def shutdown(self) -> None:
+        """Stop playing and end the worker thread (waits for the op in flight)."""
+        self.pause()
+        if self.thread is not None:
+            self.thread.quit()
+            self.thread.wait(5000)
+            self.thread = None
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self.busy:
+            self.busy = busy
+            self.busy_changed.emit(busy)
+
+    # ---------------------------------------------------------------- labs
+    def open(
+        self,
+        source: str | Scenario,
+        replay_iterations: int = 0,
+        restore: dict[str, tuple[str, ...]] | None = None,
+    ) -> None:
+        """Build a new lab from a name, a path or a Scenario; optionally step it ``replay_iterations``.
+
+        ``restore`` maps run names to the loop order used when zero_grad is switched back on.
+        """
+        self.pause()
+        self.generation += 1
+        self._set_busy(True)
+        until = -1
+        if replay_iterations > 0 and self.info is not None:
+            until = replay_iterations * self.info.ticks_per_iteration - 1
+        self._replaying = until >= 0
+        self._build.emit(source, self.generation, until, dict(restore or {}))
+
+    def restart_with(self, scenario: Scenario, restore: dict[str, tuple[str, ...]] | None = None) -> None:
+        """Rebuild with an edited scenario, from the same initial weights, back at this iteration."""
+        iterations = 0
+        if self.info is not None and self.cursor >= 0:
+            iterations = (self.cursor + 1 + self.info.ticks_per_iteration - 1) // self.info.ticks_per_iteration
+        self.open(scenario, iterations, restore)
+
+    def _on_built(self, info: LabInfo, generation: int) -> None:
+        if generation != self.generation:
+            return
+        self._lab_generation = generation
+        self.info = info
+        self.tape = Tape(info)
+        self.cursor = -1
+        # When the worker steps on to replay the old iteration, the lab stays busy until it is back.
+        self._set_busy(self._replaying)
+        self._replaying = False
+        self.lab_changed.emit(info)
+        self.changed.emit()
+
+    def _on_failed(self, message: str, generation: int) -> None:
+        if generation != self.generation:
+            return
+        # A failed build leaves the previous lab in place: keep talking to it.
+        self.generation = self._lab_generation
+        self.pause()
+        self._set_busy(False)
+        self.failed.emit(message)
+
+    # -------------------------------------------------------------- moving
+    def moment(self) -> Moment | None:
+        """The moment the views should draw now, or None before a lab is built."""
+        if self.info is None or self.tape is None:
+            return None
+        return Moment(self.info, self.tape, self.cursor, self.playing)
+
+    @property
+    def at_end(self) -> bool:
+        return self.tape is None or self.cursor >= self.tape.last_tick
+
+    def _move(self, tick: int) -> None:
+        if tick != self.cursor:
+            self.cursor = tick
+            self.changed.emit()
+            self._fetch_missing()
+
+    def next_op(self) -> bool:
+        """Show the next op: from history after scrubbing back, else perform it. False if busy."""
+        if self.tape is None or self.busy:
+            return False
+        if not self.at_end:
+            nxt = self.tape.next_op_tick(self.cursor)
+            if nxt is not None:
+                self._move(nxt)
+            return True
+        if self.tape.stopped:
+            return False
+        self._submit(-1)
+        return True
+
+    def next_iteration(self) -> bool:
+        """Show or perform ops up to the end of the current iteration."""
+        if self.tape is None or self.info is None or self.busy:
+            return False
+        tpi = self.info.ticks_per_iteration
+        end = ((self.cursor + 1) // tpi + 1) * tpi - 1
+        if self.tape.last_tick >= end:
+            self._move(self.tape.snap(end))
+            return True
+        self._move(self.tape.last_tick)
+        if self.tape.stopped:
+            return False
+        self._submit(end)
+        return True
+
+    def prev_op(self) -> bool:
+        """Go back one op (history stays; stepping on shows it again)."""
+        if self.tape is None or self.busy or self.cursor < 0:
+            return False
+        self._move(self.tape.prev_op_tick(self.cursor))
+        return True
+
+    def seek(self, tick: float) -> None:
+        """Show the moment just after the op at (or before) ``tick``."""
+        if self.tape is None:
+            return
+        self._move(self.tape.snap(min(tick, self.tape.last_tick)))
+
+    def reset(self) -> None:
+        """Back to the start: same weights, same batches; the history is forgotten."""
+        if self.info is None:
+            return
+        self.pause()
+        self._set_busy(True)
+        self._reset.emit(self.generation)
+
+    def _on_reset(self, generation: int) -> None:
+        if generation != self.generation or self.tape is None:
+            return
+        self.tape.clear()
+        self.cursor = -1
+        self._set_busy(False)
+        self.changed.emit()
+
+    def _submit(self, until_tick: int) -> None:
+        self._set_busy(True)
+        self._step.emit(until_tick, self.generation)
+
+    def _on_stepped(self, result: StepResult, generation: int) -> None:
+        if generation != self.generation or self.tape is None:
+            return
+        self.tape.extend(result)
+        self.cursor = self.tape.last_tick
+        self._set_busy(False)
+        self.changed.emit()
+        if self.playing:
+            if self.tape.stopped:
+                self.pause()
+            else:
+                self._schedule_play()
+        else:
+            self._fetch_missing()
+
+    # ----------------------------------------------------------------- fetch
+    def _fetch_missing(self) -> None:
+        if self.tape is None or self.playing or self._fetching:
+            return
+        keys = self.tape.missing(self.cursor)
+        if keys:
+            self._fetching = True
+            self._fetch.emit(keys, self.generation)
+
+    def _on_fetched(self, records: dict[Any, Any], generation: int) -> None:
+        self._fetching = False
+        if generation != self.generation or self.tape is None:
+            return
+        self.tape.fetched.update(records)
+        self.changed.emit()
+
+    # ------------------------------------------------------------------ play
+    def set_speed(self, ops_per_second: int) -> None:
+        """Play speed in ops per second; 0 plays as fast as the worker can step."""
+        self.speed = ops_per_second
+
+    def play(self) -> None:
+        """Step on by itself until paused, or until every run stopped, or the scenario's length."""
+        if self.playing or self.info is None or self.tape is None:
+            return
+        end = self.info.scenario.iterations * self.info.ticks_per_iteration - 1
+        self._play_limit = end if self.cursor < end else None
+        self.playing = True
+        self.playing_changed.emit(True)
+        self._last_play_step = 0.0
+        self._play_next()
+
+    def pause(self) -> None:
+        if not self.playing:
+            return
+        self.playing = False
+        self._play_timer.stop()
+        self.playing_changed.emit(False)
+        self._fetch_missing()
+        self.changed.emit()
+
+    def toggle_play(self) -> None:
+        if self.playing:
+            self.pause()
+        else:
+            self.play()
+
+    def _schedule_play(self) -> None:
+        interval = 0.0 if self.speed <= 0 else 1.0 / self.speed
+        wait = max(0.0, interval - (time.perf_counter() - self._last_play_step))
+        self._play_timer.start(int(wait * 1000))
+
+    def _play_next(self) -> None:
+        if not self.playing or self.tape is None:
+            return
+        if self._play_limit is not None and self.cursor >= self._play_limit:
+            self.pause()
+            return
+        self._last_play_step = time.perf_counter()
+        if not self.at_end:
+            nxt = self.tape.next_op_tick(self.cursor)
+            if nxt is not None:
+                self._move(nxt)
+            self._schedule_play()
+            return
+        if self.tape.stopped:
+            self.pause()
+            return
+        if not self.busy:
+            self._submit(-1)

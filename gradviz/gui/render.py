@@ -1,0 +1,62 @@
+"""Offscreen rendering shared by ``gradviz snapshot``, picture export and the tests."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice
+from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QApplication
+
+
+def application(offscreen: bool = False) -> QApplication:
+    """The running QApplication, or a new one (offscreen when asked and none exists yet)."""
+    app = QApplication.instance()
+    if isinstance(app, QApplication):
+        return app
+    if offscreen:
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    app = QApplication([sys.argv[0] if sys.argv else "gradviz"])
+    app.setOrganizationName("gradviz")
+    app.setApplicationName("gradviz")
+    return app
+
+
+def check_writable(path: str | Path) -> Path:
+    """The output path, after checking its folder exists and can be written; UserError if not."""
+    from gradviz.engine.errors import UserError
+
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise UserError(f"{p} is a folder; give a file name such as {p / 'gradviz.png'}.")
+    if not folder.is_dir():
+        raise UserError(f"The folder {folder} does not exist; create it or choose another output path.")
+    if not os.access(folder, os.W_OK):
+        raise UserError(f"The folder {folder} cannot be written; choose another output path.")
+    return p
+
+
+def png_bytes(image: QImage) -> bytes:
+    """``image`` encoded as PNG."""
+    data = QByteArray()
+    buffer = QBuffer(data)
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    if not image.save(buffer, "PNG"):
+        raise OSError("the image could not be encoded as PNG")
+    buffer.close()
+    return bytes(data.data())
+
+
+def save_png(image: QImage, path: str | Path) -> None:
+    """Write ``image`` as a PNG atomically (temporary file in the same folder, then a rename)."""
+    from gradviz.engine.errors import UserError
+    from gradviz.gui.window import write_atomically
+
+    p = check_writable(path)
+    try:
+        write_atomically(p, png_bytes(image))
+    except OSError as exc:
+        raise UserError(f"{p} cannot be written ({exc.strerror or exc}).") from None

@@ -1,0 +1,57 @@
+"""``gradviz snapshot``: render the main window offscreen after some ops and write a PNG."""
+
+from __future__ import annotations
+
+from gradviz.gui.render import application, check_writable, save_png
+
+
+def write_snapshot(scenario_arg: str, output: str, *, ops: int, size: tuple[int, int], presentation: bool) -> None:
+    """Open ``scenario_arg``, perform ``ops`` ticks, and write the window as a PNG to ``output``.
+
+    Parameters
+    ----------
+    scenario_arg:
+        A built-in scenario name or a scenario file.
+    output:
+        The PNG file to write (replaced atomically).
+    ops:
+        Ticks to perform before the picture (fewer if every run stops first).
+    size:
+        Width and height of the window in pixels.
+    presentation:
+        Render in presentation mode: large type, no chrome, the presentation views.
+
+    Raises
+    ------
+    UserError
+        For an unknown scenario, an invalid file, or an output path that cannot be written.
+    """
+    from gradviz.engine.errors import UserError
+    from gradviz.gui.controller import Controller
+    from gradviz.gui.window import MainWindow
+
+    check_writable(output)
+    app = application(offscreen=True)
+    controller = Controller(threaded=False)
+    window = MainWindow(controller, interactive=False)
+    try:
+        window.resize(*size)
+        if presentation:
+            window.set_presentation(True, full_screen=False)
+        window.show()
+        controller.open(scenario_arg)
+        if controller.info is None:
+            raise UserError(window.last_error or f"The scenario {scenario_arg!r} could not be opened.")
+        for _ in range(max(ops, 0)):
+            if not controller.next_op():
+                break
+        window.resize(*size)
+        app.processEvents()
+        window.redraw()
+        app.processEvents()
+        save_png(window.grab().toImage(), output)
+    finally:
+        controller.shutdown()
+        window.close()
+        window.deleteLater()
+        app.processEvents()

@@ -1,0 +1,309 @@
+"""The GUI's copy of a lab's history, and the moment of it that the views draw.
+
+The live :class:`~gradviz.engine.lab.Lab` belongs to the worker thread. After
+each op the worker sends the new history entries (immutable records of numpy
+copies) and the GUI appends them here, so views never read a structure that
+another thread is changing. Nothing here imports Qt or torch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from gradviz.engine.loop import OpSlot
+    from gradviz.engine.record import OpRecord, Snapshot
+    from gradviz.engine.scenario import RunSpec, Scenario
+    from gradviz.engine.surface import SurfaceModel
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What the GUI needs to know about one run that does not change while it steps."""
+
+    name: str
+    note: str
+    source: str
+    ops: tuple[OpSlot, ...]
+    names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    spec: RunSpec
+    # Lines that toggling zero_grad back on would insert: (0-based source line they go before, lines).
+    ghost: tuple[tuple[int, tuple[str, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class LabInfo:
+    """A freshly built lab, described for the GUI."""
+
+    scenario: Scenario
+    runs: tuple[RunInfo, ...]
+    ticks_per_iteration: int
+    schedule: tuple[tuple[OpSlot | None, ...], ...]
+    device: str
+    devices: Mapping[str, str | None]
+    surface: SurfaceModel | None
+    full_records: bool
+    initial: Mapping[str, Snapshot]
+    parameter_count: int
+
+    def run_index(self, name: str) -> int:
+        return next(i for i, r in enumerate(self.runs) if r.name == name)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One op of one run as the worker reports it."""
+
+    tick: int
+    op: str
+    line: int
+    loss: float
+    grad_norm: float
+    param_norm: float
+    status: str
+    record: OpRecord | None
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The new part of the history after one request to the worker."""
+
+    entries: Mapping[str, tuple[Entry, ...]]
+    distance: tuple[tuple[int, tuple[float, ...]], ...]
+    errors: Mapping[str, str | None]
+    preview_tick: int
+    previews: Mapping[str, dict[str, np.ndarray]]
+    stopped: bool
+
+
+@dataclass
+class RunTape:
+    """The columns of one run's ops, in the order they happened."""
+
+    name: str
+    ticks: list[int] = field(default_factory=list)
+    ops: list[str] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    grad_norm: list[float] = field(default_factory=list)
+    param_norm: list[float] = field(default_factory=list)
+    statuses: list[str] = field(default_factory=list)
+    records: list[OpRecord | None] = field(default_factory=list)
+    error: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.ticks)
+
+    def index_at(self, tick: int) -> int:
+        """Index of the last op at or before ``tick``; -1 when there is none."""
+        return bisect.bisect_right(self.ticks, tick) - 1
+
+    def truncate(self, tick: int) -> None:
+        keep = self.index_at(tick) + 1
+        for column in (
+            self.ticks,
+            self.ops,
+            self.lines,
+            self.loss,
+            self.grad_norm,
+            self.param_norm,
+            self.statuses,
+            self.records,
+        ):
+            del column[keep:]
+
+
+class Tape:
+    """Every run's ops as the GUI has received them, addressable by tick."""
+
+    def __init__(self, info: LabInfo) -> None:
+        self.info = info
+        self.runs = {r.name: RunTape(r.name) for r in info.runs}
+        self.op_ticks: list[int] = []
+        self.distance_ticks: list[int] = []
+        self.distance: list[list[float]] = [[] for _ in info.runs[1:]]
+        self.preview_tick = -2
+        self.previews: Mapping[str, dict[str, np.ndarray]] = {}
+        self.fetched: dict[tuple[str, int], OpRecord] = {}
+        self.stopped = False
+
+    @property
+    def last_tick(self) -> int:
+        """The newest tick with an op; -1 before the first op."""
+        return self.op_ticks[-1] if self.op_ticks else -1
+
+    def extend(self, result: StepResult) -> None:
+        """Append the worker's new entries."""
+        ticks = set()
+        for name, entries in result.entries.items():
+            rt = self.runs[name]
+            for e in entries:
+                rt.ticks.append(e.tick)
+                rt.ops.append(e.op)
+                rt.lines.append(e.line)
+                rt.loss.append(e.loss)
+                rt.grad_norm.append(e.grad_norm)
+                rt.param_norm.append(e.param_norm)
+                rt.statuses.append(e.status)
+                rt.records.append(e.record)
+                ticks.add(e.tick)
+            rt.error = result.errors.get(name, rt.error)
+        self.op_ticks.extend(sorted(t for t in ticks if t > self.last_tick))
+        for tick, values in result.distance:
+            self.distance_ticks.append(tick)
+            for column, v in zip(self.distance, values, strict=True):
+                column.append(v)
+        self.preview_tick = result.preview_tick
+        self.previews = result.previews
+        self.stopped = result.stopped
+
+    def clear(self) -> None:
+        """Forget every op (after a reset to the start)."""
+        for rt in self.runs.values():
+            rt.truncate(-1)
+            rt.error = None
+        self.op_ticks.clear()
+        self.distance_ticks.clear()
+        for column in self.distance:
+            column.clear()
+        self.fetched.clear()
+        self.preview_tick = -2
+        self.previews = {}
+        self.stopped = False
+
+    # ------------------------------------------------------------- lookups
+    def record(self, run: str, index: int) -> OpRecord | None:
+        """The full record of op ``index`` of ``run``; None while it is still being fetched."""
+        if index < 0:
+            return None
+        rec = self.runs[run].records[index]
+        return rec if rec is not None else self.fetched.get((run, index))
+
+    def record_at(self, run: str, tick: int) -> OpRecord | None:
+        """The record of ``run``'s last op at or before ``tick``."""
+        return self.record(run, self.runs[run].index_at(tick))
+
+    def missing(self, tick: int) -> list[tuple[str, int]]:
+        """Records the views need at ``tick`` that only the worker can rebuild."""
+        out = []
+        for name, rt in self.runs.items():
+            i = rt.index_at(tick)
+            for j in (i - 1, i):
+                if j >= 0 and rt.records[j] is None and (name, j) not in self.fetched:
+                    out.append((name, j))
+        return out
+
+    def next_op_tick(self, tick: int) -> int | None:
+        i = bisect.bisect_right(self.op_ticks, tick)
+        return self.op_ticks[i] if i < len(self.op_ticks) else None
+
+    def prev_op_tick(self, tick: int) -> int:
+        i = bisect.bisect_left(self.op_ticks, tick)
+        return self.op_ticks[i - 1] if i > 0 else -1
+
+    def snap(self, tick: float) -> int:
+        """The op tick at or before ``tick`` (-1 before the first)."""
+        i = bisect.bisect_right(self.op_ticks, math.floor(tick))
+        return self.op_ticks[i - 1] if i > 0 else -1
+
+
+@dataclass(frozen=True)
+class Moment:
+    """One moment of the lab as every view draws it: the tape read at ``tick``."""
+
+    info: LabInfo
+    tape: Tape
+    tick: int
+    playing: bool = False
+
+    def run_names(self) -> list[str]:
+        return [r.name for r in self.info.runs]
+
+    def record(self, run: str) -> OpRecord | None:
+        """The run's last record at or before this moment."""
+        return self.tape.record_at(run, self.tick)
+
+    def state(self, run: str) -> Any:
+        """The run's record, or its initial snapshot before its first op."""
+        rec = self.record(run)
+        if rec is not None:
+            return rec
+        if self.tape.runs[run].index_at(self.tick) < 0:
+            return self.info.initial[run]
+        return None
+
+    def op_record(self, run: str) -> OpRecord | None:
+        """The run's record when it had an op at exactly this tick."""
+        rec = self.record(run)
+        return rec if rec is not None and rec.tick == self.tick else None
+
+    def previous(self, run: str) -> Any:
+        """The state just before the run's last op (a record or the initial snapshot)."""
+        i = self.tape.runs[run].index_at(self.tick)
+        if i <= 0:
+            return self.info.initial[run]
+        return self.tape.record(run, i - 1)
+
+    def status(self, run: str) -> str:
+        rt = self.tape.runs[run]
+        i = rt.index_at(self.tick)
+        return rt.statuses[i] if i >= 0 else "running"
+
+    def iteration(self) -> int:
+        """The iteration of the op at this moment (0 before the first op)."""
+        return max(self.tick, 0) // self.info.ticks_per_iteration
+
+    def next_slot(self, run: str) -> OpSlot | None:
+        """The slot the run performs next (None when it has stopped)."""
+        if self.status(run) != "running":
+            return None
+        r = self.info.run_index(run)
+        tpi = self.info.ticks_per_iteration
+        for k in range(1, tpi + 1):
+            slot = self.info.schedule[(self.tick + k) % tpi][r]
+            if slot is not None:
+                return slot
+        return None
+
+    def last_backward(self, run: str) -> OpRecord | None:
+        """The run's newest backward whose gradient is still in ``.grad`` (no zero_grad since)."""
+        rt = self.tape.runs[run]
+        i = rt.index_at(self.tick)
+        while i >= 0:
+            op = rt.ops[i]
+            if op == "zero_grad":
+                return None
+            if op == "backward":
+                return self.tape.record(run, i)
+            i -= 1
+        return None
+
+    def backward_count(self, run: str) -> int:
+        """How many backward calls have added to ``.grad`` since it was last cleared."""
+        rt = self.tape.runs[run]
+        i, count = rt.index_at(self.tick), 0
+        while i >= 0 and rt.ops[i] != "zero_grad":
+            count += rt.ops[i] == "backward"
+            i -= 1
+        return count
+
+    def next_step(self, run: str) -> dict[str, np.ndarray] | None:
+        """Parameters after the run's next op when it is a step: recorded, or previewed at the live end."""
+        slot = self.next_slot(run)
+        if slot is None or slot.op != "step":
+            return None
+        rt = self.tape.runs[run]
+        i = rt.index_at(self.tick)
+        if i + 1 < len(rt) and rt.ops[i + 1] == "step":
+            rec = self.tape.record(run, i + 1)
+            return None if rec is None else rec.params
+        if self.tick == self.tape.preview_tick:
+            return self.tape.previews.get(run)
+        return None

@@ -1,0 +1,384 @@
+"""The code panel: the training loop of one run, the line that ran and the line that runs next.
+
+The text is the engine's own rendering of the loop, so the highlighted line is
+the call that was executed. Checkboxes on the lines edit the loop: zero_grad
+on or off, ``set_to_none``, and the ``/ k`` scaling of accumulated losses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontDatabase, QPainter, QPaintEvent, QTextCharFormat, QTextFormat
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QTextEdit,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gradviz.gui.tape import LabInfo, Moment, RunInfo
+from gradviz.gui.theme import LIGHT, Theme, run_color, run_glyph
+
+
+@dataclass(frozen=True)
+class DisplayLine:
+    """One line of the panel: a source line (1-based number) or a greyed-out skipped line."""
+
+    text: str
+    number: int | None
+
+
+def display_lines(run: RunInfo) -> list[DisplayLine]:
+    """The run's source with the lines it skips shown in place (numbered None)."""
+    ghosts = dict(run.ghost)
+    out = []
+    for i, text in enumerate(run.source.splitlines()):
+        for g in ghosts.get(i, ()):
+            out.append(DisplayLine(g, None))
+        out.append(DisplayLine(text, i + 1))
+    for g in ghosts.get(len(run.source.splitlines()), ()):
+        out.append(DisplayLine(g, None))
+    return out
+
+
+class _Gutter(QWidget):
+    """Line numbers, the ▶ next-line marker, and the zero_grad checkboxes."""
+
+    def __init__(self, panel: CodeView) -> None:
+        super().__init__(panel.editor)
+        self.panel = panel
+
+    def sizeHint(self) -> QSize:
+        return QSize(self.panel.gutter_width(), 0)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        self.panel.paint_gutter(self, event)
+
+
+class CodeView(QWidget):
+    """Shows one run's loop; emits ``toggled(run, what, on)`` when a line checkbox changes.
+
+    ``what`` is ``"zero_grad"``, ``"set_to_none"`` or ``"scale_loss"``.
+    """
+
+    toggled = Signal(str, str, bool)
+    run_selected = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.theme: Theme = LIGHT
+        self.info: LabInfo | None = None
+        self.run_name: str | None = None
+        self.lines: list[DisplayLine] = []
+        self.ran: tuple[int, int] | None = None
+        self.next_line: int | None = None
+        self.toggles: list[tuple[int, QCheckBox]] = []
+
+        self.title = QLabel("Code")
+        self.title.setObjectName("panelTitle")
+        self.runs = QComboBox()
+        self.runs.setObjectName("codeRun")
+        self.runs.setToolTip("Which run's loop to show and edit")
+        self.runs.currentIndexChanged.connect(self._pick_run)
+        self.note = QLabel("")
+        self.note.setObjectName("status")
+        self.note.setWordWrap(True)
+        self.editor = QPlainTextEdit()
+        self.editor.setObjectName("code")
+        self.editor.setReadOnly(True)
+        self.editor.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.editor.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.editor.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.gutter = _Gutter(self)
+        self.editor.updateRequest.connect(self._on_update_request)
+        self._set_font()
+
+        head = QHBoxLayout()
+        head.addWidget(self.title)
+        head.addWidget(self.runs, 1)
+        box = QVBoxLayout(self)
+        box.setContentsMargins(4, 4, 4, 4)
+        box.addLayout(head)
+        box.addWidget(self.note)
+        box.addWidget(self.editor, 1)
+
+    # -------------------------------------------------------------- setup
+    def _set_font(self) -> None:
+        font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        font.setStyleHint(QFont.StyleHint.Monospace)
+        font.setPointSizeF(self.font().pointSizeF())
+        self.editor.setFont(font)
+        self.gutter.setFont(font)
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self._highlight()
+
+    def set_point_size(self, size: float) -> None:
+        """Type size of the code (presentation mode uses a large one)."""
+        font = self.editor.font()
+        font.setPointSizeF(size)
+        self.editor.setFont(font)
+        self.gutter.setFont(font)
+        self._layout_gutter()
+        self._place_toggles()
+
+    def set_lab(self, info: LabInfo) -> None:
+        """Show a new lab: keep the chosen run when the new lab has one of that name."""
+        self.info = info
+        names = [r.name for r in info.runs]
+        keep = self.run_name if self.run_name in names else names[0]
+        self.runs.blockSignals(True)
+        self.runs.clear()
+        for i, name in enumerate(names):
+            self.runs.addItem(f"{run_glyph(i)}  {name}", name)
+            self.runs.setItemData(i, QColor(run_color(i)), Qt.ItemDataRole.ForegroundRole)
+        self.runs.setCurrentIndex(names.index(keep))
+        self.runs.blockSignals(False)
+        self.runs.setVisible(len(names) > 1)
+        self._show_run(keep)
+
+    def _pick_run(self, index: int) -> None:
+        name = self.runs.itemData(index)
+        if name and name != self.run_name:
+            self._show_run(name)
+            self.run_selected.emit(name)
+
+    def select_run(self, name: str) -> None:
+        if self.info is None:
+            return
+        names = [r.name for r in self.info.runs]
+        if name in names:
+            self.runs.setCurrentIndex(names.index(name))
+
+    def current_run(self) -> RunInfo | None:
+        if self.info is None or self.run_name is None:
+            return None
+        return self.info.runs[self.info.run_index(self.run_name)]
+
+    def _show_run(self, name: str) -> None:
+        assert self.info is not None
+        self.run_name = name
+        run = self.current_run()
+        assert run is not None
+        index = self.info.run_index(name)
+        if len(self.info.runs) > 1:
+            self.title.setText("Code of run")
+        else:
+            self.title.setText(f"Code of <span style='color:{run_color(index)}'>{run_glyph(index)} {name}</span>")
+        self.note.setText(run.note)
+        self.note.setVisible(bool(run.note))
+        self.lines = display_lines(run)
+        self.editor.setPlainText("\n".join(d.text for d in self.lines))
+        self._make_toggles(run)
+        self._layout_gutter()
+        self._highlight()
+
+    # ------------------------------------------------------------ toggles
+    def _make_toggles(self, run: RunInfo) -> None:
+        for _, box in self.toggles:
+            box.deleteLater()
+        self.toggles = []
+        loop = run.spec.loop
+        zero_lines = {s.line for s in run.ops if s.op == "zero_grad"}
+        forward_lines = {s.line for s in run.ops if s.op == "forward"}
+        for row, d in enumerate(self.lines):
+            if d.number in zero_lines or (d.number is None and self._ghost_main(row)):
+                box = QCheckBox(self.gutter)
+                box.setObjectName("zeroGradToggle")
+                box.setChecked(d.number is not None)
+                box.setToolTip("Run this zero_grad line (uncheck to skip it: .grad then piles up)")
+                box.toggled.connect(lambda on: self._emit("zero_grad", on))
+                self.toggles.append((row, box))
+            if d.number in zero_lines and ("zero_grad(" in d.text or "p.grad" in d.text) and self._has_choice(d):
+                box = QCheckBox("set_to_none", self.editor.viewport())
+                box.setObjectName("setToNoneToggle")
+                box.setChecked(loop.set_to_none)
+                box.setToolTip("Checked: .grad becomes None. Unchecked: .grad is filled with zeros.")
+                box.toggled.connect(lambda on: self._emit("set_to_none", on))
+                self.toggles.append((row, box))
+            if d.number in forward_lines and loop.accumulate > 1 and "loss" in d.text:
+                box = QCheckBox(f"/ {loop.accumulate}", self.editor.viewport())
+                box.setObjectName("scaleLossToggle")
+                box.setChecked(loop.scale_loss)
+                box.setToolTip(f"Divide each micro-batch loss by {loop.accumulate} so the sum is a mean")
+                box.toggled.connect(lambda on: self._emit("scale_loss", on))
+                self.toggles.append((row, box))
+        for _, box in self.toggles:
+            box.setCursor(Qt.CursorShape.PointingHandCursor)
+            box.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+            box.show()
+
+    def _ghost_main(self, row: int) -> bool:
+        """The first line of a block of skipped lines carries the checkbox."""
+        return row == 0 or self.lines[row - 1].number is not None
+
+    @staticmethod
+    def _has_choice(d: DisplayLine) -> bool:
+        # For a manual loop the choice sits on the body line (p.grad = None / p.grad.zero_()).
+        return not d.text.strip().startswith("for ")
+
+    def _emit(self, what: str, on: bool) -> None:
+        if self.run_name is not None:
+            self.toggled.emit(self.run_name, what, on)
+
+    def toggle(self, what: str) -> QCheckBox | None:
+        """The first checkbox of kind ``what`` (for tests and keyboard access)."""
+        name = {"zero_grad": "zeroGradToggle", "set_to_none": "setToNoneToggle", "scale_loss": "scaleLossToggle"}
+        return next((b for _, b in self.toggles if b.objectName() == name[what]), None)
+
+    # ------------------------------------------------------------- layout
+    def gutter_width(self) -> int:
+        fm = self.gutter.fontMetrics()
+        return fm.horizontalAdvance("▶ 000") + fm.height() + 12
+
+    def _layout_gutter(self) -> None:
+        width = self.gutter_width()
+        self.editor.setViewportMargins(width, 0, 0, 0)
+        cr = self.editor.contentsRect()
+        self.gutter.setGeometry(QRect(cr.left(), cr.top(), width, cr.height()))
+
+    def resizeEvent(self, event: object) -> None:  # type: ignore[override]
+        super().resizeEvent(event)  # type: ignore[arg-type]
+        self._layout_gutter()
+        self._place_toggles()
+
+    def _on_update_request(self, rect: QRect, dy: int) -> None:
+        if dy:
+            self.gutter.scroll(0, dy)
+        else:
+            self.gutter.update(0, rect.y(), self.gutter.width(), rect.height())
+        self._place_toggles()
+
+    def _row_rect(self, row: int) -> QRect | None:
+        block = self.editor.document().findBlockByNumber(row)
+        if not block.isValid():
+            return None
+        geom = self.editor.blockBoundingGeometry(block).translated(self.editor.contentOffset())
+        return geom.toRect()
+
+    def _place_toggles(self) -> None:
+        fm = self.editor.fontMetrics()
+        for row, box in self.toggles:
+            rect = self._row_rect(row)
+            if rect is None:
+                box.hide()
+                continue
+            size = box.sizeHint()
+            y = rect.top() + (rect.height() - size.height()) // 2
+            if box.parent() is self.gutter:
+                box.move(self.gutter.width() - size.width() - 2, y)
+            else:
+                x = fm.horizontalAdvance(self.lines[row].text) + fm.horizontalAdvance("    ") + 4
+                box.setGeometry(x, y, size.width(), size.height())
+            box.setVisible(rect.bottom() >= 0 and rect.top() <= self.editor.viewport().height())
+
+    def paint_gutter(self, gutter: QWidget, event: QPaintEvent) -> None:
+        painter = QPainter(gutter)
+        painter.fillRect(event.rect(), QColor(self.theme.window))
+        fm = gutter.fontMetrics()
+        block = self.editor.firstVisibleBlock()
+        offset = self.editor.contentOffset()
+        while block.isValid():
+            geom = self.editor.blockBoundingGeometry(block).translated(offset)
+            if geom.top() > event.rect().bottom():
+                break
+            row = block.blockNumber()
+            d = self.lines[row] if row < len(self.lines) else None
+            if d is not None:
+                top = int(geom.top())
+                h = int(geom.height())
+                if d.number is not None:
+                    painter.setPen(QColor(self.theme.muted))
+                    painter.drawText(
+                        QRect(0, top, fm.horizontalAdvance("▶ 000"), h),
+                        int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter),
+                        str(d.number),
+                    )
+                if d.number is not None and d.number == self.next_line:
+                    painter.setPen(QColor(self.theme.accent))
+                    painter.drawText(QRect(2, top, fm.horizontalAdvance("▶"), h), int(Qt.AlignmentFlag.AlignVCenter), "▶")
+            block = block.next()
+        painter.end()
+
+    # ---------------------------------------------------------------- draw
+    def draw(self, moment: Moment) -> None:
+        """Highlight the lines of the run's last op and mark the line of its next op."""
+        if self.run_name is None or self.run_name not in moment.tape.runs:
+            return
+        rt = moment.tape.runs[self.run_name]
+        i = rt.index_at(moment.tick)
+        ran = None
+        if i >= 0:
+            run = self.current_run()
+            assert run is not None
+            slot = next((s for s in run.ops if s.line == rt.lines[i]), None)
+            ran = (slot.first, slot.last) if slot else (rt.lines[i], rt.lines[i])
+        slot = moment.next_slot(self.run_name)
+        next_line = slot.line if slot else None
+        if (ran, next_line) != (self.ran, self.next_line):
+            self.ran, self.next_line = ran, next_line
+            self._highlight()
+            self.gutter.update()
+
+    def _row_of(self, number: int) -> int:
+        return next((r for r, d in enumerate(self.lines) if d.number == number), -1)
+
+    def _highlight(self) -> None:
+        selections = []
+        for row, d in enumerate(self.lines):
+            if d.number is None:
+                sel = QTextEdit.ExtraSelection()
+                sel.cursor = self._line_cursor(row)
+                fmt = QTextCharFormat()
+                fmt.setForeground(QColor(self.theme.muted))
+                fmt.setFontStrikeOut(True)
+                fmt.setFontItalic(True)
+                sel.format = fmt
+                selections.append(sel)
+        if self.ran is not None:
+            for number in range(self.ran[0], self.ran[1] + 1):
+                selections.append(self._line_selection(self._row_of(number), self.theme.code_ran))
+        if self.next_line is not None:
+            selections.append(self._line_selection(self._row_of(self.next_line), self.theme.code_next))
+        self.editor.setExtraSelections([s for s in selections if s is not None])
+        focus = self.next_line or (self.ran[1] if self.ran else None)
+        if focus is not None:
+            # Keep the line that runs next in sight when the panel is short (presentation mode).
+            row = self._row_of(focus)
+            if row >= 0:
+                cursor = self.editor.textCursor()
+                cursor.setPosition(self.editor.document().findBlockByNumber(row).position())
+                self.editor.setTextCursor(cursor)
+                self.editor.ensureCursorVisible()
+
+    def _line_cursor(self, row: int):  # noqa: ANN202 - a QTextCursor
+        block = self.editor.document().findBlockByNumber(row)
+        cursor = self.editor.textCursor()
+        cursor.setPosition(block.position())
+        cursor.setPosition(block.position() + max(block.length() - 1, 0), cursor.MoveMode.KeepAnchor)
+        return cursor
+
+    def _line_selection(self, row: int, colour: str) -> QTextEdit.ExtraSelection | None:
+        if row < 0:
+            return None
+        sel = QTextEdit.ExtraSelection()
+        block = self.editor.document().findBlockByNumber(row)
+        cursor = self.editor.textCursor()
+        cursor.setPosition(block.position())
+        sel.cursor = cursor
+        fmt = QTextCharFormat()
+        fmt.setBackground(QColor(colour))
+        fmt.setProperty(QTextFormat.Property.FullWidthSelection, True)
+        sel.format = fmt
+        return sel
+
+    def line_state(self) -> tuple[tuple[int, int] | None, int | None]:
+        """(first, last) source lines highlighted as run, and the line marked next."""
+        return self.ran, self.next_line

@@ -1,0 +1,259 @@
+"""The .grad inspector: per run and parameter, its value, ``.grad``, and the optimizer's state.
+
+``.grad`` being ``None`` (no tensor at all) is drawn as the word *None* on a
+tinted background, never as 0. Cells whose value changed at the last op are
+highlighted. Small vectors are drawn as per-element bars, larger ones as a
+histogram; the exact numbers are in the tooltip.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QRectF, Qt
+from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QLabel,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gradviz.gui import fmt
+from gradviz.gui.tape import LabInfo, Moment
+from gradviz.gui.theme import LIGHT, Theme, run_color, run_glyph
+
+KIND = Qt.ItemDataRole.UserRole
+VALUES = Qt.ItemDataRole.UserRole + 1
+CHANGED = Qt.ItemDataRole.UserRole + 2
+BARS_UP_TO = 16
+HIST_BINS = 24
+
+COLUMNS = ("run · parameter", "value", ".grad", "+ backward", "was in .grad", "optimizer state")
+HEADER_TIPS = (
+    "The run (colour and marker as in the other views) and the parameter's name",
+    "The parameter's value now",
+    "param.grad now: a tensor, or None when PyTorch holds no gradient (not the same as 0)",
+    "What the last backward() added to .grad (since .grad was last cleared)",
+    "What .grad already held before that backward(): None, zeros, or gradients left over",
+    "The optimizer's state for this parameter (momentum buffer, Adam's moments, step count)",
+)
+STATE_NAMES = {"momentum_buffer": "momentum", "exp_avg": "m (exp_avg)", "exp_avg_sq": "v (exp_avg_sq)"}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
+
+
+def state_text(state: dict[str, Any], manual: bool) -> str:
+    """The optimizer state of one parameter as short text."""
+    if manual:
+        return "no optimizer"
+    if not state:
+        return "empty"
+    parts = []
+    for key, value in state.items():
+        label = STATE_NAMES.get(key, key)
+        if isinstance(value, np.ndarray):
+            parts.append(f"{label} {fmt.array(value, limit=2)}")
+        elif value is None:
+            parts.append(f"{label} None")
+        else:
+            parts.append(f"{label} {fmt.number(float(value))}")
+    return "; ".join(parts)
+
+
+class CellDelegate(QStyledItemDelegate):
+    """Paints None cells, change highlights, and bars or histograms of vector values."""
+
+    def __init__(self, view: GradsView) -> None:
+        super().__init__(view.table)
+        self.view = view
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> None:
+        theme = self.view.theme
+        kind = index.data(KIND)
+        rect = option.rect  # type: ignore[attr-defined]
+        painter.save()
+        if index.data(CHANGED):
+            painter.fillRect(rect, QColor(theme.highlight))
+        if kind == "none":
+            painter.fillRect(rect.adjusted(2, 2, -2, -2), QColor(theme.none_bg))
+            font = QFont(option.font)  # type: ignore[attr-defined]
+            font.setItalic(True)
+            painter.setFont(font)
+            painter.setPen(QColor(theme.muted))
+            painter.drawText(rect.adjusted(8, 0, -4, 0), int(Qt.AlignmentFlag.AlignVCenter), fmt.NONE_TEXT)
+            painter.restore()
+            return
+        values = index.data(VALUES)
+        if kind == "array" and values is not None and np.size(values) > 1:
+            self._paint_vector(painter, rect, np.asarray(values, dtype=np.float64).reshape(-1), theme)
+            painter.restore()
+            return
+        painter.restore()
+        opt = QStyleOptionViewItem(option)
+        if kind == "na":
+            opt.palette.setColor(opt.palette.ColorRole.Text, QColor(theme.muted))  # type: ignore[attr-defined]
+        if index.data(CHANGED):
+            opt.state &= ~QStyle.StateFlag.State_Selected  # type: ignore[attr-defined]
+        super().paint(painter, opt, index)
+
+    def _paint_vector(self, painter: QPainter, rect: QRect, flat: np.ndarray, theme: Theme) -> None:
+        area = QRectF(rect.adjusted(6, 4, -6, -4))
+        finite = flat[np.isfinite(flat)]
+        pen = QPen(QColor(theme.muted))
+        painter.setPen(pen)
+        if finite.size == 0:
+            painter.drawText(area, int(Qt.AlignmentFlag.AlignVCenter), "no finite values")
+            return
+        brush = QBrush(QColor(theme.accent))
+        if flat.size <= BARS_UP_TO:
+            scale = float(np.abs(finite).max()) or 1.0
+            mid = area.center().y()
+            painter.drawLine(int(area.left()), int(mid), int(area.right()), int(mid))
+            w = area.width() / flat.size
+            for i, v in enumerate(flat):
+                if not np.isfinite(v):
+                    painter.drawText(QRectF(area.left() + i * w, area.top(), w, area.height()), 0x84, "!")
+                    continue
+                h = (area.height() / 2) * (v / scale)
+                bar = QRectF(area.left() + i * w + 1, mid - max(h, 0), max(w - 2, 1), abs(h))
+                painter.fillRect(bar, brush)
+            return
+        counts, _ = np.histogram(finite, bins=HIST_BINS)
+        top = counts.max() or 1
+        w = area.width() / HIST_BINS
+        for i, c in enumerate(counts):
+            h = area.height() * c / top
+            painter.fillRect(QRectF(area.left() + i * w, area.bottom() - h, max(w - 1, 1), h), brush)
+        painter.drawLine(int(area.left()), int(area.bottom()), int(area.right()), int(area.bottom()))
+
+
+class GradsView(QWidget):
+    """A table with one row per run and parameter; ``cell(run, param, column)`` reads it back."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.theme: Theme = LIGHT
+        self.info: LabInfo | None = None
+        self.rows: dict[tuple[str, str], int] = {}
+        self.title = QLabel(".grad inspector")
+        self.title.setObjectName("panelTitle")
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setObjectName("gradsTable")
+        self.table.setHorizontalHeaderLabels(list(COLUMNS))
+        for col, tip in enumerate(HEADER_TIPS):
+            self.table.horizontalHeaderItem(col).setToolTip(tip)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.table.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.table.setWordWrap(False)
+        self.table.setItemDelegate(CellDelegate(self))
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setStretchLastSection(True)
+        box = QVBoxLayout(self)
+        box.setContentsMargins(4, 4, 4, 4)
+        box.addWidget(self.title)
+        box.addWidget(self.table, 1)
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.table.viewport().update()
+
+    def set_lab(self, info: LabInfo) -> None:
+        """One row per run and parameter of the new lab."""
+        self.info = info
+        self.rows = {}
+        names = [(r.name, p) for r in info.runs for p in r.names]
+        self.table.setRowCount(len(names))
+        for row, (run, param) in enumerate(names):
+            self.rows[(run, param)] = row
+            i = info.run_index(run)
+            shape = dict(zip(info.runs[i].names, info.runs[i].shapes, strict=True))[param]
+            label = f"{run_glyph(i)} {run} · {param}" if len(info.runs) > 1 else f"{run_glyph(i)} {param}"
+            item = QTableWidgetItem(label)
+            item.setForeground(QColor(run_color(i)))
+            item.setToolTip(f"run {run}: {param}, shape {list(shape)}")
+            item.setData(KIND, "text")
+            self.table.setItem(row, 0, item)
+            for col in range(1, len(COLUMNS)):
+                self.table.setItem(row, col, QTableWidgetItem(""))
+        self.fit_columns()
+
+    def fit_columns(self) -> None:
+        """Size the columns to their contents, within sensible bounds."""
+        self.table.resizeColumnsToContents()
+        fm = self.table.fontMetrics()
+        for col in range(1, len(COLUMNS) - 1):
+            self.table.setColumnWidth(col, max(self.table.columnWidth(col), fm.horizontalAdvance("-0.0000") + 16))
+        self.table.resizeRowsToContents()
+
+    # ---------------------------------------------------------------- draw
+    def _set(self, row: int, col: int, value: Any, kind: str, changed: bool, text: str | None = None) -> None:
+        item = self.table.item(row, col)
+        if kind == "none":
+            shown = fmt.NONE_TEXT
+        elif kind == "array":
+            shown = fmt.array(value)
+        else:
+            shown = text or ""
+        if item.text() != shown:
+            item.setText(shown)
+        item.setData(KIND, kind)
+        item.setData(VALUES, value if kind == "array" else None)
+        item.setData(CHANGED, bool(changed))
+        item.setToolTip(fmt.full(value) if kind in ("array", "none") else shown)
+
+    def draw(self, moment: Moment) -> None:
+        """Fill every row with the state of its run at ``moment``."""
+        if self.info is None:
+            return
+        for run in self.info.runs:
+            now = moment.state(run.name)
+            if now is None:
+                continue  # a large model's record is still being rebuilt by the worker
+            before = moment.previous(run.name) if moment.op_record(run.name) is not None else now
+            back = moment.last_backward(run.name)
+            manual = run.spec.optimizer.kind == "manual"
+            for param in run.names:
+                row = self.rows[(run.name, param)]
+                value = now.params.get(param)
+                self._set(row, 1, value, "array", before is not None and not _same(value, before.params.get(param)))
+                grad = now.grads.get(param)
+                g_changed = before is not None and not _same(grad, before.grads.get(param))
+                self._set(row, 2, grad, "none" if grad is None else "array", g_changed)
+                if back is None:
+                    self._set(row, 3, None, "na", False, "—")
+                    self._set(row, 4, None, "na", False, "—")
+                else:
+                    fresh = (back.fresh_grads or {}).get(param)
+                    stale = (back.stale_grads or {}).get(param)
+                    just = back.tick == moment.tick
+                    if fresh is None:
+                        self._set(row, 3, None, "na", False, "nothing (not in this graph)")
+                    else:
+                        self._set(row, 3, fresh, "array", just)
+                    self._set(row, 4, stale, "none" if stale is None else "array", False)
+                state = now.state.get(param, {})
+                text = state_text(state, manual)
+                old = before.state.get(param, {}) if before is not None else {}
+                s_changed = state_text(old, manual) != text
+                self._set(row, 5, None, "text", s_changed, text)
+        self.table.viewport().update()
+
+    def cell(self, run: str, param: str, column: str) -> QTableWidgetItem:
+        """The item shown for ``run``'s ``param`` in the column headed ``column``."""
+        return self.table.item(self.rows[(run, param)], COLUMNS.index(column))

@@ -1,0 +1,588 @@
+"""The main window: scenario bar, narration, code, surface, .grad inspector and timeline.
+
+The window holds no lab state: the controller owns the cursor and the tape,
+and every redraw draws one :class:`~gradviz.gui.tape.Moment` in every visible
+view. Redraws are coalesced on a timer, throttled to the screen rate during Play.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence, QPaintEvent
+from PySide6.QtWidgets import (
+    QApplication,
+    QComboBox,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QSplitter,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gradviz.gui import edits
+from gradviz.gui.controller import SPEEDS, Controller
+from gradviz.gui.narration import narrate
+from gradviz.gui.settings import DEFAULT_PRESENTATION_PANELS, PANELS, read_list, settings
+from gradviz.gui.tape import LabInfo
+from gradviz.gui.theme import (
+    BASE_POINT_SIZE,
+    PRESENTATION_POINT_SIZE,
+    Theme,
+    apply_theme,
+    run_color,
+    run_glyph,
+    theme_named,
+)
+from gradviz.gui.views.code import CodeView
+from gradviz.gui.views.grads import GradsView
+from gradviz.gui.views.scenario_bar import ScenarioBar
+from gradviz.gui.views.surface import SurfaceView
+from gradviz.gui.views.timeline import TimelineView
+
+DEFAULT_SCENARIO = "forgot-zero-grad"
+FRAME_MS = 16
+PANEL_TITLES = {"code": "Code", "surface": "Loss surface", "grads": ".grad inspector", "timeline": "Timeline"}
+SPEED_LABELS = {0: "max"}
+
+
+class MainWindow(QMainWindow):
+    """The gradviz window.
+
+    Parameters
+    ----------
+    controller:
+        The controller to drive; a threaded one is made when omitted.
+    interactive:
+        A window for a person: remember layout, theme and last scenario in the
+        user's settings, and show errors in dialogs. Offscreen renders pass False.
+    """
+
+    first_painted = Signal()
+    frame_drawn = Signal()
+
+    def __init__(self, controller: Controller | None = None, interactive: bool = True) -> None:
+        super().__init__()
+        self.setWindowTitle("gradviz")
+        self.controller = controller or Controller(threaded=True, parent=self)
+        self.interactive = interactive
+        self.presenting = False
+        self.theme: Theme = theme_named("light")
+        self.last_error: str | None = None
+        self.restore: dict[str, tuple[str, ...]] = {}
+        self._editing = False
+        self._fell_back = False
+        self._painted = False
+        self._dirty = False
+        self.frames = 0
+        self.presentation_panels: tuple[str, ...] = DEFAULT_PRESENTATION_PANELS
+        self.panels_shown: tuple[str, ...] = PANELS
+
+        self.scenario_bar = ScenarioBar()
+        self.narration = QLabel(narrate(None))
+        self.narration.setObjectName("narration")
+        self.narration.setWordWrap(True)
+        self.code = CodeView()
+        self.surface = SurfaceView()
+        self.grads = GradsView()
+        self.timeline = TimelineView()
+        self.panels: dict[str, QWidget] = {
+            "code": self.code,
+            "surface": self.surface,
+            "grads": self.grads,
+            "timeline": self.timeline,
+        }
+        self.left = QSplitter(Qt.Orientation.Vertical)
+        self.left.addWidget(self.code)
+        self.left.addWidget(self.grads)
+        self.right = QSplitter(Qt.Orientation.Vertical)
+        self.right.addWidget(self.surface)
+        self.right.addWidget(self.timeline)
+        self.split = QSplitter(Qt.Orientation.Horizontal)
+        self.split.addWidget(self.left)
+        self.split.addWidget(self.right)
+        for s in (self.left, self.right, self.split):
+            s.setChildrenCollapsible(False)
+        self.split.setStretchFactor(0, 5)
+        self.split.setStretchFactor(1, 6)
+        self.left.setStretchFactor(0, 3)
+        self.left.setStretchFactor(1, 2)
+        self.right.setStretchFactor(0, 3)
+        self.right.setStretchFactor(1, 2)
+
+        central = QWidget()
+        box = QVBoxLayout(central)
+        box.setContentsMargins(6, 4, 6, 4)
+        box.setSpacing(4)
+        box.addWidget(self.scenario_bar)
+        box.addWidget(self.narration)
+        box.addWidget(self.split, 1)
+        self.setCentralWidget(central)
+        self.status = QLabel("")
+        self.status.setObjectName("status")
+        self.statusBar().addWidget(self.status, 1)
+
+        self._make_actions()
+        self._make_toolbar()
+        self._make_menus()
+        self._connect()
+        self._redraw_timer = QTimer(self)
+        self._redraw_timer.setSingleShot(True)
+        self._redraw_timer.timeout.connect(self.redraw)
+        self.resize(1280, 800)
+        self.split.setSizes([540, 740])
+        self.left.setSizes([330, 250])
+        self.right.setSizes([330, 250])
+        self._load_settings()
+        self.set_theme(self.theme.name)
+
+    # ------------------------------------------------------------ actions
+    def _action(self, text: str, keys: tuple[str, ...], slot: Any, tip: str = "") -> QAction:
+        action = QAction(text, self)
+        action.setShortcuts([QKeySequence(k) for k in keys])
+        action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        action.setToolTip(f"{tip or text} ({', '.join(keys)})" if keys else tip or text)
+        action.triggered.connect(slot)
+        self.addAction(action)
+        return action
+
+    def _make_actions(self) -> None:
+        c = self.controller
+        self.act_next = self._action("Next op", ("Right", "PgDown"), c.next_op, "Perform or show the next op")
+        self.act_iter = self._action("Next iteration", ("Shift+Right",), c.next_iteration, "To the end of the iteration")
+        self.act_prev = self._action("Previous op", ("Left", "PgUp"), c.prev_op, "Show the op before")
+        self.act_play = self._action("Play", ("Space", "B"), c.toggle_play, "Play or pause")
+        self.act_reset = self._action("Reset", ("R",), c.reset, "Back to the start: same weights, same batches")
+        self.act_present = self._action(
+            "Presentation mode", ("F5",), self.toggle_presentation, "Full screen, large type, chosen views"
+        )
+        self.act_present.setCheckable(True)
+        self.act_leave = self._action("Leave presentation", ("Esc",), lambda: self.set_presentation(False))
+        self.act_dark = QAction("Dark theme", self)
+        self.act_dark.setCheckable(True)
+        self.act_dark.setShortcut(QKeySequence("Ctrl+T"))
+        self.act_dark.toggled.connect(lambda on: self.set_theme("dark" if on else "light"))
+        self.addAction(self.act_dark)
+        self.act_open = self._action("Open scenario…", ("Ctrl+O",), self.open_file_dialog)
+        self.act_save = self._action("Save scenario as…", ("Ctrl+S",), self.save_file_dialog)
+        self.act_picture = self._action("Save picture of the window…", ("Ctrl+P",), self.save_picture_dialog)
+        self.act_quit = self._action("Quit", ("Ctrl+Q",), self.close)
+        self.act_panels: dict[str, QAction] = {}
+        for key in PANELS:
+            act = QAction(PANEL_TITLES[key], self)
+            act.setCheckable(True)
+            act.setChecked(True)
+            act.toggled.connect(lambda on, k=key: self.show_panel(k, on))
+            self.act_panels[key] = act
+        self.act_present_panels: dict[str, QAction] = {}
+        for key in PANELS:
+            act = QAction(PANEL_TITLES[key], self)
+            act.setCheckable(True)
+            act.toggled.connect(lambda on, k=key: self._presentation_panel(k, on))
+            self.act_present_panels[key] = act
+
+    def _make_toolbar(self) -> None:
+        bar = QToolBar("Transport")
+        bar.setObjectName("transport")
+        bar.setMovable(False)
+        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        self.act_reset.setIconText("↺ Reset")
+        self.act_prev.setIconText("◀ Op")
+        self.act_play.setIconText("▶ Play")
+        self.act_next.setIconText("Op ▶")
+        self.act_iter.setIconText("Iteration ⇥")
+        for act in (self.act_reset, self.act_prev, self.act_play, self.act_next, self.act_iter):
+            bar.addAction(act)
+        bar.addSeparator()
+        bar.addWidget(QLabel(" speed "))
+        self.speed = QComboBox()
+        self.speed.setObjectName("speedPicker")
+        self.speed.setToolTip("Ops per second during Play")
+        for s in SPEEDS:
+            self.speed.addItem(SPEED_LABELS.get(s, f"{s} ops/s"), s)
+        self.speed.setCurrentIndex(SPEEDS.index(self.controller.speed))
+        self.speed.currentIndexChanged.connect(lambda i: self.controller.set_speed(self.speed.itemData(i)))
+        self.speed.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        bar.addWidget(self.speed)
+        bar.addSeparator()
+        bar.addAction(self.act_present)
+        self.addToolBar(bar)
+        self.toolbar = bar
+
+    def _make_menus(self) -> None:
+        menu = self.menuBar()
+        f = menu.addMenu("&File")
+        for act in (self.act_open, self.act_save, self.act_picture):
+            f.addAction(act)
+        f.addSeparator()
+        f.addAction(self.act_quit)
+        r = menu.addMenu("&Run")
+        for act in (self.act_next, self.act_iter, self.act_prev, self.act_play, self.act_reset):
+            r.addAction(act)
+        v = menu.addMenu("&View")
+        for act in self.act_panels.values():
+            v.addAction(act)
+        v.addSeparator()
+        v.addAction(self.act_dark)
+        v.addAction(self.act_present)
+        p = v.addMenu("Views in presentation mode")
+        for act in self.act_present_panels.values():
+            p.addAction(act)
+        h = menu.addMenu("&Help")
+        keys = QAction("Keyboard shortcuts", self)
+        keys.triggered.connect(self.show_shortcuts)
+        h.addAction(keys)
+        group = QActionGroup(self)
+        group.setExclusive(False)
+
+    def _connect(self) -> None:
+        c = self.controller
+        c.lab_changed.connect(self._on_lab)
+        c.changed.connect(self.schedule_redraw)
+        c.failed.connect(self.show_error)
+        c.playing_changed.connect(self._on_playing)
+        c.busy_changed.connect(lambda _: self._update_status())
+        self.timeline.scrubbed.connect(self._scrub)
+        self.code.toggled.connect(self._on_toggle)
+        self.code.run_selected.connect(self._on_run_selected)
+        bar = self.scenario_bar
+        bar.scenario_chosen.connect(self.open_scenario)
+        bar.open_requested.connect(self.open_file_dialog)
+        bar.save_requested.connect(self.save_file_dialog)
+        bar.setting_changed.connect(self._on_setting)
+
+    # ------------------------------------------------------------ scenario
+    def open_scenario(self, source: str) -> None:
+        """Open a built-in scenario by name or a scenario file by path."""
+        self._editing = False
+        self.controller.open(source)
+
+    def _restart(self, scenario: Any) -> None:
+        self._editing = True
+        self.controller.restart_with(scenario, self.restore)
+
+    def _on_lab(self, info: LabInfo) -> None:
+        if not self._editing:
+            self.restore = edits.restore_orders(info.scenario)
+        self._editing = False
+        self.code.set_lab(info)
+        self.surface.set_lab(info)
+        self.grads.set_lab(info)
+        self.timeline.set_lab(info)
+        self.scenario_bar.set_lab(info, self.code.run_name)
+        self.setWindowTitle(f"gradviz: {info.scenario.title}")
+        if self.interactive:
+            key = str(info.scenario.path) if info.scenario.path else info.scenario.name
+            settings().setValue("last_scenario", key)
+        self.schedule_redraw()
+
+    def _on_toggle(self, run: str, what: str, on: bool) -> None:
+        info = self.controller.info
+        if info is None:
+            return
+        sc = info.scenario
+        if what == "zero_grad":
+            new = edits.set_zero_grad(sc, run, on, self.restore.get(run))
+        elif what == "set_to_none":
+            new = edits.set_loop_option(sc, run, set_to_none=on)
+        else:
+            new = edits.set_loop_option(sc, run, scale_loss=on)
+        self._restart(new)
+
+    def _on_run_selected(self, run: str) -> None:
+        if self.controller.info is not None:
+            self.scenario_bar.set_lab(self.controller.info, run)
+
+    def _on_setting(self, field: str, value: Any) -> None:
+        info = self.controller.info
+        if info is None:
+            return
+        sc = info.scenario
+        if field == "optimizer":
+            new = edits.set_optimizer(sc, kind=value)
+        elif field == "lr":
+            new = edits.set_optimizer(sc, lr=value)
+        elif field == "momentum":
+            new = edits.set_optimizer(sc, momentum=value)
+        elif field == "batch_size":
+            new = edits.set_data(sc, batch_size=value)
+        elif field == "accumulate":
+            new = edits.set_loop_option(sc, self.code.run_name or sc.runs[0].name, accumulate=value)
+        else:
+            new = edits.set_top(sc, **{field: value})
+        self._restart(new)
+
+    def open_file_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open scenario", "", "Scenario files (*.toml);;All files (*)")
+        if path:
+            self.open_scenario(path)
+
+    def save_file_dialog(self) -> None:
+        info = self.controller.info
+        if info is None:
+            return
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Save scenario", f"{info.scenario.name}.toml", "Scenario files (*.toml)"
+        )
+        if path:
+            self.save_scenario(path)
+
+    def save_scenario(self, path: str) -> None:
+        """Write the current scenario (with the user's changes) as TOML, atomically."""
+        from gradviz.engine.scenario import dumps_scenario
+
+        assert self.controller.info is not None
+        try:
+            write_atomically(Path(path), dumps_scenario(self.controller.info.scenario).encode("utf-8"))
+        except OSError as exc:
+            self.show_error(f"{path}: cannot be written ({exc.strerror or exc}).")
+
+    def save_picture_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save picture", "gradviz.png", "PNG images (*.png)")
+        if path:
+            from gradviz.gui.render import save_png
+
+            try:
+                save_png(self.grab().toImage(), path)
+            except Exception as exc:  # noqa: BLE001 - a UserError or OSError, shown as its sentence
+                self.show_error(str(exc))
+
+    def show_error(self, message: str) -> None:
+        """Show a user error as one sentence in a dialog that does not block the window."""
+        self.last_error = message
+        self._editing = False
+        self._update_status()
+        if not self.interactive:
+            return
+        box = QMessageBox(QMessageBox.Icon.Warning, "gradviz", message, QMessageBox.StandardButton.Ok, self)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.setObjectName("errorDialog")
+        box.open()
+        if self.controller.info is None and not self._fell_back:
+            # Nothing is loaded yet (a bad file on the command line): fall back to the default.
+            self._fell_back = True
+            self.controller.open(DEFAULT_SCENARIO)
+
+    def show_shortcuts(self) -> None:
+        text = (
+            "→ or Page Down: next op\nShift+→: next iteration\n← or Page Up: previous op\n"
+            "Space or B: play / pause\nR: reset\nF5: presentation mode, Esc: leave it\n"
+            "Ctrl+T: dark theme\nClick or drag the timeline to scrub history."
+        )
+        QMessageBox.information(self, "Keyboard shortcuts", text)
+
+    # -------------------------------------------------------------- moving
+    def _scrub(self, x: float) -> None:
+        self.controller.pause()
+        # Tick t occupies [t, t + 1) on the timeline (its tape cell; its points sit at t + 0.5).
+        self.controller.seek(x)
+
+    def _on_playing(self, playing: bool) -> None:
+        self.act_play.setIconText("❚❚ Pause" if playing else "▶ Play")
+        self.act_play.setText("Pause" if playing else "Play")
+        self._update_status()
+
+    # -------------------------------------------------------------- drawing
+    def schedule_redraw(self) -> None:
+        """Ask for a redraw; many requests within a frame make one redraw."""
+        self._dirty = True
+        if not self._redraw_timer.isActive():
+            self._redraw_timer.start(FRAME_MS if self.controller.playing else 0)
+
+    def redraw(self) -> None:
+        """Draw the controller's current moment in every visible view."""
+        self._dirty = False
+        moment = self.controller.moment()
+        if moment is None:
+            return
+        for key, view in self.panels.items():
+            if view.isVisible() or not self.isVisible():
+                view.draw(moment)  # type: ignore[attr-defined]
+        self.narration.setText(narrate(moment))
+        self._update_status()
+        self.frames += 1
+        self.frame_drawn.emit()
+
+    def _update_status(self) -> None:
+        c = self.controller
+        info, moment = c.info, c.moment()
+        if info is None or moment is None:
+            self.status.setText("Loading…")
+            return
+        parts = [f"iteration {moment.iteration() + 1 if moment.tick >= 0 else 0} of {info.scenario.iterations}"]
+        parts.append(f"op {moment.tick + 1}" if moment.tick >= 0 else "before the first op")
+        if c.tape is not None and moment.tick < c.tape.last_tick:
+            parts.append(f"history: {c.tape.last_tick + 1} ops (→ replays them)")
+        runs = []
+        for i, run in enumerate(info.runs):
+            status = moment.status(run.name)
+            word = {"running": "running", "diverged": "DIVERGED (inf/NaN)", "error": "stopped by an error"}[status]
+            runs.append(f"<span style='color:{run_color(i)}'>{run_glyph(i)} {run.name}</span>: {word}")
+        parts.append(", ".join(runs))
+        parts.append(f"device {info.device}")
+        if c.playing:
+            parts.append("playing")
+        elif c.busy:
+            parts.append("working…")
+        self.status.setText("  ·  ".join(parts))
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        super().paintEvent(event)
+        if not self._painted:
+            self._painted = True
+            self.first_painted.emit()
+
+    # --------------------------------------------------------------- theme
+    def set_theme(self, name: str) -> None:
+        """Switch between the light and the dark theme."""
+        self.theme = theme_named(name)
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            apply_theme(app, self.theme, self.presenting)
+        for view in self.panels.values():
+            view.set_theme(self.theme)  # type: ignore[attr-defined]
+        self.act_dark.blockSignals(True)
+        self.act_dark.setChecked(self.theme.dark)
+        self.act_dark.blockSignals(False)
+        if self.interactive:
+            settings().setValue("theme", self.theme.name)
+        self.schedule_redraw()
+
+    # -------------------------------------------------------- presentation
+    def toggle_presentation(self) -> None:
+        self.set_presentation(not self.presenting)
+
+    def set_presentation(self, on: bool, full_screen: bool = True) -> None:
+        """Presentation mode: large type, no chrome, only the views chosen for it."""
+        if on == self.presenting:
+            return
+        self.presenting = on
+        self.act_present.blockSignals(True)
+        self.act_present.setChecked(on)
+        self.act_present.blockSignals(False)
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            apply_theme(app, self.theme, on)
+        for w in (self.menuBar(), self.toolbar, self.scenario_bar, self.statusBar()):
+            w.setVisible(not on)
+        chosen = self.presentation_panels if on else self.panels_shown
+        for key, view in self.panels.items():
+            view.setVisible(key in chosen)
+        self._fix_splitters()
+        if on:
+            self._normal_sizes = self.split.sizes()
+            half = max(self.split.width(), 2) // 2
+            self.split.setSizes([half, half])
+        elif hasattr(self, "_normal_sizes"):
+            self.split.setSizes(self._normal_sizes)
+        size = PRESENTATION_POINT_SIZE if on else BASE_POINT_SIZE
+        for view in self.panels.values():
+            if hasattr(view, "set_point_size"):
+                view.set_point_size(size)
+        self.grads.fit_columns()
+        if full_screen:
+            if on:
+                self._normal_geometry = self.saveGeometry()
+                self.showFullScreen()
+            else:
+                self.showNormal()
+        self.schedule_redraw()
+
+    def _presentation_panel(self, key: str, on: bool) -> None:
+        chosen = [k for k in PANELS if (k == key and on) or (k != key and k in self.presentation_panels)]
+        self.presentation_panels = tuple(chosen)
+        if self.interactive:
+            settings().setValue("presentation_panels", list(chosen))
+        if self.presenting:
+            self.panels[key].setVisible(on)
+            self._fix_splitters()
+
+    def show_panel(self, key: str, on: bool) -> None:
+        """Show or hide a panel outside presentation mode."""
+        self.panels_shown = tuple(k for k in PANELS if (k == key and on) or (k != key and k in self.panels_shown))
+        if not self.presenting:
+            self.panels[key].setVisible(on)
+            self._fix_splitters()
+        self.schedule_redraw()
+
+    def _fix_splitters(self) -> None:
+        # A splitter whose children are all hidden would keep an empty column.
+        self.left.setVisible(self.code.isVisibleTo(self.left) or self.grads.isVisibleTo(self.left))
+        self.right.setVisible(self.surface.isVisibleTo(self.right) or self.timeline.isVisibleTo(self.right))
+
+    # ------------------------------------------------------------ settings
+    def _load_settings(self) -> None:
+        if not self.interactive:
+            return
+        store = settings()
+        self.theme = theme_named(str(store.value("theme", "light")))
+        geometry = store.value("geometry")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+        for key, splitter in (("split", self.split), ("left", self.left), ("right", self.right)):
+            state = store.value(f"splitter/{key}")
+            if isinstance(state, QByteArray):
+                splitter.restoreState(state)
+        self.panels_shown = read_list(store, "panels", PANELS)
+        self.presentation_panels = read_list(store, "presentation_panels", DEFAULT_PRESENTATION_PANELS)
+        speed = store.value("speed")
+        if speed is not None and int(speed) in SPEEDS:
+            self.speed.setCurrentIndex(SPEEDS.index(int(speed)))
+        for key, act in self.act_panels.items():
+            act.setChecked(key in self.panels_shown)
+        for key, act in self.act_present_panels.items():
+            act.blockSignals(True)
+            act.setChecked(key in self.presentation_panels)
+            act.blockSignals(False)
+
+    def save_settings(self) -> None:
+        """Remember layout, theme, panels and speed."""
+        if not self.interactive:
+            return
+        store = settings()
+        if self.presenting and hasattr(self, "_normal_geometry"):
+            store.setValue("geometry", self._normal_geometry)
+        else:
+            store.setValue("geometry", self.saveGeometry())
+        for key, splitter in (("split", self.split), ("left", self.left), ("right", self.right)):
+            store.setValue(f"splitter/{key}", splitter.saveState())
+        store.setValue("panels", list(self.panels_shown))
+        store.setValue("theme", self.theme.name)
+        store.setValue("speed", self.controller.speed)
+        store.sync()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self.save_settings()
+        self.controller.shutdown()
+        super().closeEvent(event)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or Path("."))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def wait_until_idle(window: MainWindow, timeout: float = 30.0) -> None:
+    """Process events until the controller has nothing in flight (for offscreen rendering)."""
+    deadline = time.monotonic() + timeout
+    app = QApplication.instance()
+    while time.monotonic() < deadline:
+        app.processEvents()  # type: ignore[union-attr]
+        if not window.controller.busy and window.controller.info is not None:
+            return
+        time.sleep(0.002)

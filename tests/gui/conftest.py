@@ -1,0 +1,47 @@
+"""GUI tests run offscreen, each with its own empty settings store."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from PySide6.QtCore import QSettings  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def sandboxed_settings(tmp_path: Path) -> Iterator[Path]:
+    """Point QSettings at a fresh folder so no test reads or writes the user's settings."""
+    folder = tmp_path / "settings"
+    folder.mkdir()
+    for fmt in (QSettings.Format.NativeFormat, QSettings.Format.IniFormat):
+        QSettings.setPath(fmt, QSettings.Scope.UserScope, str(folder))
+    yield folder
+
+
+@pytest.fixture
+def open_window(qtbot):  # noqa: ANN001, ANN201 - pytest-qt's qtbot
+    """A factory: ``open_window(scenario)`` shows the window with that lab built and nothing run."""
+    from gradviz.gui.window import MainWindow
+
+    made = []
+
+    def make(scenario: str | object = "forgot-zero-grad") -> MainWindow:
+        window = MainWindow()
+        qtbot.addWidget(window)
+        window.resize(1280, 720)
+        window.show()
+        qtbot.waitExposed(window)
+        window.activateWindow()
+        window.controller.open(scenario)  # type: ignore[arg-type]
+        qtbot.waitUntil(lambda: window.controller.info is not None and not window.controller.busy, timeout=30000)
+        made.append(window)
+        return window
+
+    yield make
+    for window in made:
+        window.controller.shutdown()
