@@ -243,9 +243,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # noqa: BLE001 - last resort: a short message, not a traceback
+    except Exception as exc:
         sys.stderr.write(
-            f"gradviz: internal error ({type(exc).__name__}: {exc}); please report it with the command you ran.\n"
+            f"gradviz: internal error ({type(exc).__name__}: {exc}); "
+            "please report it with the command you ran.\n"
         )
         return 1
 

@@ -83,13 +83,13 @@ def build_program(task: Task, run: RunSpec) -> Program:
     lines += ["", task.loop_head()]
     ops: list[OpSlot] = []
 
-    def emit(body: list[str], indent: str, phase: str, op: Op, micros: range, main: int = -1) -> None:
+    def emit(body: list[str], indent: str, phase: str, op: Op, micros: range) -> None:
+        # A multi-line statement (a manual loop over parameters) is marked at its last line,
+        # the one that does the work.
         first = len(lines) + 1
         lines.extend(indent + b for b in body)
-        last = len(lines)
-        line = last if main < 0 else first + main
         for m in micros:
-            ops.append(OpSlot(phase, op, m, line, first, last))
+            ops.append(OpSlot(phase, op, m, len(lines), first, len(lines)))
 
     k = loop.accumulate
     for phase in phases:
@@ -100,7 +100,7 @@ def build_program(task: Task, run: RunSpec) -> Program:
         while i < len(order):
             op = order[i]
             if op == "zero_grad":
-                emit(_zero_grad_lines(phase, run), INDENT, phase.name, op, range(1), main=0)
+                emit(_zero_grad_lines(phase, run), INDENT, phase.name, op, range(1))
             elif op == "step":
                 emit(_step_lines(phase, run), INDENT, phase.name, op, range(1))
             elif op == "forward":

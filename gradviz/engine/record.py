@@ -33,7 +33,7 @@ def _make(cls: type[T], *values: Any) -> T:
     instance dictionary in one call. The result is as frozen as any other.
     """
     obj = object.__new__(cls)
-    obj.__dict__.update(zip(cls.__dataclass_fields__, values, strict=False))
+    obj.__dict__.update(zip(cls.__dataclass_fields__, values, strict=False))  # type: ignore[attr-defined]
     return obj
 
 
@@ -149,8 +149,8 @@ class OpRecord:
         """The record of op ``index`` of ``run`` from what recording kept of it."""
         slot, iteration, tick, loss, diverged, error, snap, fresh, prior = entry
         return _make(
-            cls, run, index, tick, iteration, slot.micro, slot.phase, slot.op, slot.line, (slot.first, slot.last),
-            loss, diverged, error, snap, fresh, prior,
+            cls, run, index, tick, iteration, slot.micro, slot.phase, slot.op, slot.line,
+            (slot.first, slot.last), loss, diverged, error, snap, fresh, prior,
         )  # fmt: skip
 
     @property
@@ -291,7 +291,8 @@ class RunHistory:
     @property
     def nbytes(self) -> int:
         """Bytes of array data held: columns, keyframes, and each distinct copy kept by entries."""
-        cols = sum(c.itemsize * len(c) for c in (self.ticks, *self._columns.values()))
+        columns: list[array] = [self.ticks, *self._columns.values()]
+        cols = sum(c.itemsize * len(c) for c in columns)
         seen: dict[int, int] = {}
         arrays = [a for s, _ in self.keyframes.values() for a in (s.param_flat, s.grad_flat, s.state_flat)]
         for entry in self.entries:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -19,7 +20,7 @@ EMPTY = np.zeros(0, dtype=np.float32)
 EMPTY.flags.writeable = False
 
 
-def _flat(tensors: list[torch.Tensor]) -> np.ndarray:
+def _flat(tensors: Sequence[torch.Tensor]) -> np.ndarray:
     """One copy of many tensors into a new flat array: one C++ call, not one per tensor.
 
     Callers run it with autograd off (``torch._C._set_grad_enabled``): the
@@ -118,7 +119,7 @@ class Run:
         lr = self.spec.optimizer.lr
         with torch.no_grad():
             for p in self._phase_tensors[phase.name]:
-                p -= lr * p.grad  # type: ignore[operator]  # None raises, as in user code
+                p -= lr * p.grad  # type: ignore[operator,misc]  # None raises, as in user code
 
     def _perform(self, slot: OpSlot, iteration: int) -> None:
         phase = self.phases[slot.phase]
@@ -148,7 +149,7 @@ class Run:
         prior = self.current
         try:
             self._perform(slot, iteration)
-        except Exception as exc:  # noqa: BLE001 - the user's loop failing is a result to show
+        except Exception as exc:
             self.status = "error"
             self.error = f"{type(exc).__name__}: {exc}"
             self._live_loss.clear()
@@ -171,7 +172,7 @@ class Run:
             torch._C._set_grad_enabled(grad_mode)
 
     # ------------------------------------------------------------ recording
-    def _grads(self) -> tuple[torch.Tensor, tuple[bool, ...]]:
+    def _grads(self) -> tuple[np.ndarray, tuple[bool, ...]]:
         grads = [p.grad for p in self.tensors]
         present = tuple(g is not None for g in grads)
         return _flat([g for g in grads if g is not None]), present
@@ -203,7 +204,7 @@ class Run:
         self._state_cache = (sizes, layout)
         return layout
 
-    def _state(self) -> tuple[tuple, torch.Tensor, tuple]:
+    def _state(self) -> tuple[tuple, np.ndarray, tuple]:
         refs, keys, other = self._state_layout()
         return keys, _flat(self._state_tensors(refs)), other
 
@@ -262,7 +263,17 @@ class Run:
             )  # fmt: skip
         self.current = snap
         prior_snap = prior if op == "backward" else None
-        return (slot, iteration, tick, self.last_loss, self.status == "diverged", self.error, snap, fresh, prior_snap)
+        return (
+            slot,
+            iteration,
+            tick,
+            self.last_loss,
+            self.status == "diverged",
+            self.error,
+            snap,
+            fresh,
+            prior_snap,
+        )
 
     # -------------------------------------------------------------- restore
     def restore(self, snap: Snapshot, loss: float | None) -> None:
@@ -274,16 +285,18 @@ class Run:
             for p, g in zip(self.tensors, snap.grads.values(), strict=True):
                 p.grad = None if g is None else torch.from_numpy(g.copy()).to(device)
         params = self.task.params
-        owner = {id(p): opt for opt in self.optimizers.values() for g in opt.param_groups for p in g["params"]}
+        owner = {
+            id(p): opt for opt in self.optimizers.values() for g in opt.param_groups for p in g["params"]
+        }
         for opt in self.optimizers.values():
             opt.state.clear()
         offset = 0
         for pname, key, shape, kind in snap.state_keys:
             dtype_name, where = kind.split("@")
             size = math.prod(shape)
-            value = torch.from_numpy(snap.state_flat[offset : offset + size].reshape(shape).copy())
+            value = snap.state_flat[offset : offset + size].reshape(shape).copy()
             offset += size
-            t = value.to(getattr(torch, dtype_name.removeprefix("torch.")))
+            t = torch.from_numpy(value).to(getattr(torch, dtype_name.removeprefix("torch.")))
             p = params[pname]
             owner[id(p)].state[p][key] = t if where == "cpu" else t.to(device)
         for pname, key, other in snap.state_other:
@@ -307,7 +320,7 @@ def _cpu(t: torch.Tensor | None) -> torch.Tensor | None:
     return t if t is None or t.device.type == "cpu" else t.cpu()
 
 
-def _torch_norm(tensors: list[torch.Tensor]) -> float:
+def _torch_norm(tensors: Sequence[torch.Tensor]) -> float:
     if not tensors:
         return 0.0
-    return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors))))
+    return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(list(tensors)))))

@@ -266,8 +266,7 @@ class _Table:
                 hint = _close(name, allowed)
                 allowed_text = ", ".join(allowed) if allowed else "no keys"
                 raise ScenarioError(
-                    f"{self.where}: {self.key(name)}: unknown key{context}; "
-                    f"allowed: {allowed_text}.{hint}"
+                    f"{self.where}: {self.key(name)}: unknown key{context}; allowed: {allowed_text}.{hint}"
                 )
 
 
@@ -422,7 +421,7 @@ def _read_optimizer(t: _Table, base: OptimizerSpec | None) -> OptimizerSpec:
             listed = ", ".join(("lr", *allowed)) or "lr"
             raise ScenarioError(
                 f"{t.where}: {t.key(name)}: unknown key for optimizer {kind!r}; "
-                f"allowed: {listed}.{_close(name, allowed)}"
+                f"allowed: {listed}.{_close(name, list(allowed))}"
             )
         options[name] = _convert_option(value, allowed[name], t.key(name), t.where)
     spec = OptimizerSpec(kind=kind, lr=lr, options=options)

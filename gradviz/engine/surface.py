@@ -167,6 +167,6 @@ def preview_step(run: Run) -> dict[str, np.ndarray] | None:
                         # The manual update would raise on this parameter; there is no step to show.
                         return None
                     c -= lr * c.grad
-    except Exception:  # noqa: BLE001 - a failing preview only means no arrow is drawn
+    except Exception:
         return None
     return {name: c.detach().cpu().numpy().copy() for name, c in zip(run.names, clones, strict=True)}

@@ -8,9 +8,11 @@ task so the code shown and the code run cannot drift apart.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -69,7 +71,7 @@ class Task:
         self._apply_init(model.init)
         for module in self.modules.values():
             module.to(device)
-        for name, p in self.outside.items():
+        for p in self.outside.values():
             p.data = p.data.to(device)
         self.inputs = tuple(t.to(device) for t in self.make_data(_generator(seed, 1)))
         # The shuffled order of the latest epoch, split into batches: a function of
@@ -118,7 +120,7 @@ class Task:
             return tuple(t.index_select(0, idx) for t in self.inputs)
         return tuple(t[j * bs : (j + 1) * bs] for t in self.inputs)
 
-    def _apply_init(self, init: dict) -> None:
+    def _apply_init(self, init: Mapping[str, Any]) -> None:
         for name, value in init.items():
             if name not in self.params:
                 import difflib
@@ -126,8 +128,7 @@ class Task:
                 close = difflib.get_close_matches(name, list(self.params), n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise ScenarioError(
-                    f"model.init.{name}: no such parameter; the model has "
-                    f"{', '.join(self.params)}.{hint}"
+                    f"model.init.{name}: no such parameter; the model has {', '.join(self.params)}.{hint}"
                 )
             p = self.params[name]
             try:
@@ -285,7 +286,7 @@ class MLP(Task):
         act = {"tanh": "torch.nn.Tanh()", "relu": "torch.nn.ReLU()"}[self.spec.activation]
         dims = [self.inputs_dim(), *self.spec.widths, 1]
         parts = []
-        for a, b in zip(dims[:-2], dims[1:-1], strict=True):
+        for a, b in itertools.pairwise(dims[:-1]):
             parts += [f"torch.nn.Linear({a}, {b})", act]
         parts.append(f"torch.nn.Linear({dims[-2]}, 1)")
         loss = "BCEWithLogitsLoss" if self.data.kind == "blobs" else "MSELoss"

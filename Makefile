@@ -1,0 +1,45 @@
+# Two entry points: `make app` and `make test`. Both set up what a fresh Debian machine lacks.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Qt's offscreen and xcb platforms need these; missing fonts give no error, only empty boxes.
+DEBIAN_PACKAGES := libgl1 libegl1 libxkbcommon0 libfontconfig1 libglib2.0-0 libdbus-1-3 fonts-dejavu-core
+
+.PHONY: app test setup lint bench clean
+
+setup: $(VENV)/.ready
+
+$(VENV)/.ready: pyproject.toml
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; \
+		else echo "Please install these Debian packages first: $$missing"; exit 1; fi; \
+	fi
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# The CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test,dev]'
+	touch $@
+
+app: setup
+	@if [ -n "$$DISPLAY$$WAYLAND_DISPLAY" ]; then \
+		$(BIN)/gradviz; \
+	else \
+		mkdir -p out && $(BIN)/gradviz snapshot forgot-zero-grad --ops 40 -o out/gradviz.png && \
+		echo "No display here, so the window was drawn offscreen into out/gradviz.png; on a desktop, make app opens it."; \
+	fi
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check gradviz tests bench
+	$(BIN)/ruff format --check gradviz tests bench
+	$(BIN)/mypy
+
+bench: setup
+	$(BIN)/python bench/bench_engine.py
+
+clean:
+	rm -rf $(VENV) out build dist

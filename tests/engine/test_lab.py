@@ -1,0 +1,190 @@
+"""Lock-step runs, determinism, seek, divergence, replay of large models, and the Qt-free rule."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from gradviz.engine import Lab, OpRecord, load_builtin, loads_scenario
+from gradviz.engine.errors import DeviceError
+
+from .helpers import builtin_lab
+
+
+def _same(a: OpRecord, b: OpRecord) -> None:
+    assert (a.run, a.index, a.tick, a.op, a.iteration, a.micro) == (
+        b.run,
+        b.index,
+        b.tick,
+        b.op,
+        b.iteration,
+        b.micro,
+    )
+    assert a.loss == b.loss or (a.loss != a.loss and b.loss != b.loss)
+    for k in a.params:
+        np.testing.assert_array_equal(a.params[k], b.params[k])
+        if a.grads[k] is None or b.grads[k] is None:
+            assert a.grads[k] is None and b.grads[k] is None
+        else:
+            np.testing.assert_array_equal(a.grads[k], b.grads[k])
+        assert a.state[k].keys() == b.state[k].keys()
+        for key in a.state[k]:
+            np.testing.assert_array_equal(a.state[k][key], b.state[k][key])
+
+
+def test_the_same_seed_gives_the_same_history_and_another_seed_another():
+    first = list(builtin_lab("forgot-zero-grad").iterate(10))
+    second = list(builtin_lab("forgot-zero-grad").iterate(10))
+    for a, b in zip(first, second, strict=True):
+        _same(a, b)
+    other = list(builtin_lab("forgot-zero-grad", seed=7).iterate(10))
+    assert any(a.loss != b.loss for a, b in zip(first, other, strict=True))
+
+
+@pytest.mark.parametrize("name", ["forgot-zero-grad", "grad-accumulation", "gan-detach", "zero-grad-myths"])
+def test_seek_back_and_step_on_repeats_exactly(name):
+    lab = builtin_lab(name)
+    first = list(lab.iterate(8))
+    end_tick = lab.tick
+    for target in (-1, 5, lab.ticks_per_iteration * 3 - 1, lab.ticks_per_iteration * 4 + 2):
+        lab.seek(target)
+        assert lab.tick == target + 1
+        assert all(r.tick <= target for run in lab.runs for r in lab.history[run.name].records)
+        again = []
+        while lab.tick < end_tick:
+            again += lab.step()
+        assert len(again) == len([r for r in first if r.tick > target])
+        for a, b in zip([r for r in first if r.tick > target], again, strict=True):
+            _same(a, b)
+
+
+def test_record_at_and_initial_give_every_moment():
+    lab = builtin_lab("forgot-zero-grad")
+    lab.run_iterations(3)
+    assert lab.record_at("reference", -1) is None
+    assert lab.initial("yours").params["weight"].item() == -1.0
+    rec = lab.record_at("yours", 6)
+    assert rec is not None and rec.tick <= 6 and rec.run == "yours"
+
+
+MLP = """
+name = "mlp-light"
+[model]
+kind = "mlp"
+widths = [64, 64]
+[data]
+kind = "wave"
+n = 256
+batch_size = 32
+[optimizer]
+kind = "Adam"
+lr = 0.01
+"""
+
+
+def test_large_models_keep_keyframes_and_rebuild_any_op_exactly():
+    scenario = loads_scenario(MLP, "test")
+    light = Lab(scenario)
+    assert light.mode == "light" and light.keyframe_every > 1
+    light.run_iterations(2 * light.keyframe_every + 3)
+    full = Lab(scenario, record="full")
+    reference = list(full.iterate(2 * light.keyframe_every + 3))
+    h = light.history["yours"]
+    assert len(h) == len(reference)
+    for index in (0, 5, len(h) // 2, len(h) - 1):
+        _same(light.record("yours", index), reference[index])
+    np.testing.assert_allclose(h.loss, [np.nan if r.loss is None else r.loss for r in reference])
+    # Keyframes, not full records, are what a large model keeps.
+    assert len(h.keyframes) == 3
+
+
+def test_divergence_marks_the_run_stops_it_and_lets_the_others_go_on():
+    scenario = loads_scenario(
+        """
+        [model]
+        kind = "linear"
+        [data]
+        kind = "line"
+        [optimizer]
+        kind = "SGD"
+        lr = 3.0
+        [[runs]]
+        name = "yours"
+        order = ["forward", "backward", "step"]
+        [[runs]]
+        name = "reference"
+        [runs.optimizer]
+        lr = 0.1
+        """,
+        "test",
+    )
+    lab = Lab(scenario)
+    records = list(lab.iterate(200))
+    yours = [r for r in records if r.run == "yours"]
+    assert lab.run("yours").status == "diverged"
+    assert yours[-1].diverged and all(not r.diverged for r in yours[:-1])
+    last = yours[-1]
+    assert not np.isfinite(last.loss if last.op == "forward" else last.params["weight"]).all()
+    assert lab.run("reference").status == "running"
+    assert max(r.iteration for r in records if r.run == "reference") == 199
+
+
+def test_an_error_in_the_users_loop_stops_that_run_with_pytorchs_message():
+    scenario = loads_scenario(
+        """
+        [model]
+        kind = "linear"
+        [data]
+        kind = "line"
+        [optimizer]
+        kind = "manual"
+        lr = 0.1
+        [loop]
+        zero_grad = "manual"
+        set_to_none = false
+        """,
+        "test",
+    )
+    lab = Lab(scenario)
+    records = list(lab.iterate(3))
+    assert len(records) == 1 and records[0].op == "zero_grad"
+    assert lab.run("yours").status == "error"
+    assert "NoneType" in records[0].error  # p.grad.zero_() on a None .grad, as in user code
+
+
+def test_an_absent_device_is_a_clear_error():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(DeviceError, match="not available"):
+        Lab(load_builtin("standard-loop").with_overrides(device="cuda"))
+    assert Lab(load_builtin("standard-loop").with_overrides(device="auto")).device.type in ("cpu", "mps")
+
+
+def test_the_engine_imports_and_runs_with_qt_blocked():
+    code = textwrap.dedent(
+        """
+        import sys
+
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("PySide6", "pyqtgraph", "shiboken6"):
+                    raise ImportError("Qt is blocked in this test: " + name)
+
+        sys.meta_path.insert(0, Block())
+        from gradviz.engine import Lab, load_builtin
+        lab = Lab(load_builtin("forgot-zero-grad"))
+        lab.run_iterations(2)
+        import gradviz.cli
+        assert not any(m.split(".")[0] in ("PySide6", "pyqtgraph") for m in sys.modules)
+        print("ok")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
