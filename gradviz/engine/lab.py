@@ -23,8 +23,9 @@ from gradviz.engine.scenario import Scenario
 # Models whose whole snapshot stays under this many floats keep a full record per op;
 # larger ones keep scalars per op and a snapshot every few iterations.
 FULL_RECORD_FLOATS = 4096
-# Bytes of keyframe per iteration that larger models may spend.
-KEYFRAME_BUDGET = 3000
+# Bytes of keyframe per iteration that larger models may spend (with the per-op
+# columns this keeps a 17k-parameter MLP with Adam under 4 KB per iteration).
+KEYFRAME_BUDGET = 3500
 
 
 def _line_up(keys: list[list[tuple]]) -> list[tuple]:
@@ -61,14 +62,13 @@ class Lab:
             self.runs = [Run(spec, scenario, self.device) for spec in scenario.runs]
         except ScenarioError as exc:
             raise ScenarioError(f"{scenario.path or scenario.name}: {exc}") from None
-        snapshot_floats = self.runs[0].current.nbytes // 4 + self.runs[0].layout.total * 2
         if record == "auto":
-            record = "full" if snapshot_floats <= FULL_RECORD_FLOATS else "light"
+            # Parameters, .grad and up to two state tensors each (Adam's moments).
+            record = "full" if self.runs[0].layout.total * 4 <= FULL_RECORD_FLOATS else "light"
         self.mode: Mode = record  # type: ignore[assignment]
-        keyframe_bytes = snapshot_floats * 4
-        self.keyframe_every = keyframe_every or (
-            1 if self.mode == "full" else max(1, math.ceil(keyframe_bytes / KEYFRAME_BUDGET))
-        )
+        # 0 until the first iteration is done: only then does the optimizer's state exist,
+        # and with it the size of a keyframe.
+        self.keyframe_every = keyframe_every or (1 if self.mode == "full" else 0)
         order = _line_up([[s.key for s in r.program.ops] for r in self.runs])
         self.schedule: list[list[OpSlot | None]] = []
         for key in order:
@@ -99,8 +99,16 @@ class Lab:
         frames = self.history[run.name].keyframes
         if self.mode == "full":
             frames[iteration] = (run.current, run.last_loss)
-        elif iteration % self.keyframe_every == 0:
-            frames[iteration] = (run.capture(), run.last_loss)
+            return
+        if iteration == 0:
+            return  # the lab keeps the state it was built with
+        snap = None
+        if not self.keyframe_every:
+            snap = run.capture(grads=not run.grads_unread_at_iteration_start)
+            self.keyframe_every = max(1, math.ceil(snap.nbytes / KEYFRAME_BUDGET))
+        if iteration % self.keyframe_every == 0:
+            snap = snap or run.capture(grads=not run.grads_unread_at_iteration_start)
+            frames[iteration] = (snap, run.last_loss)
 
     def advance(self) -> list[tuple[str, int]]:
         """Perform the next tick that has an op for some running run.

@@ -212,12 +212,31 @@ class Run:
     def _state_tensors(refs: list[tuple[Any, Any, bool]]) -> list[torch.Tensor]:
         return [entries[key].float() if convert else entries[key] for entries, key, convert in refs]
 
-    def capture(self) -> Snapshot:
-        """A full snapshot of this run now, copied from the real tensors."""
+    @property
+    def grads_unread_at_iteration_start(self) -> bool:
+        """True when every iteration begins by setting every ``.grad`` to ``None``.
+
+        The ``.grad`` values left by the previous iteration are then never seen
+        again, so a keyframe at an iteration start need not keep them.
+        """
+        first = self.program.ops[0]
+        return (
+            first.op == "zero_grad"
+            and len(self.phases) == 1
+            and self.loop.set_to_none
+            and (self.loop.zero_grad != "model" or not self.task.outside)
+        )
+
+    def capture(self, grads: bool = True) -> Snapshot:
+        """A full snapshot of this run now, copied from the real tensors.
+
+        With ``grads=False`` every ``.grad`` is recorded as ``None`` (see
+        :attr:`grads_unread_at_iteration_start`).
+        """
         grad_mode = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
         try:
-            grad_flat, present = self._grads()
+            grad_flat, present = self._grads() if grads else (EMPTY, (False,) * len(self.tensors))
             keys, state_flat, other = self._state()
             params = _flat(self.tensors)
         finally:
