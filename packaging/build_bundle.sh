@@ -15,7 +15,7 @@ bundle=build/dist/gradviz
 smoke=$(mktemp -d)
 QT_QPA_PLATFORM=offscreen "$bundle/gradviz" list > "$smoke/list.txt"
 QT_QPA_PLATFORM=offscreen "$bundle/gradviz" snapshot forgot-zero-grad --ops 12 -o "$smoke/shot.png"
-QT_QPA_PLATFORM=offscreen "$bundle/gradviz" export forgot-zero-grad --iterations 3 --size 480x320 -o "$smoke/loop.gif"
+QT_QPA_PLATFORM=offscreen "$bundle/gradviz" export forgot-zero-grad --iterations 3 --size 800x600 -o "$smoke/loop.gif"
 head -c 6 "$smoke/loop.gif" | grep -q GIF89a
 total=$(du -sm "$bundle" | cut -f1)
 torch_mb=$(du -smc "$bundle"/_internal/torch* 2>/dev/null | tail -1 | cut -f1)

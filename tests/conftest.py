@@ -4,6 +4,6 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import torch  # noqa: E402
+import torch
 
 torch.set_num_threads(1)

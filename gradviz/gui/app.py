@@ -18,7 +18,9 @@ def has_display() -> bool:
     """Whether a window can be shown: a display server, or a Qt platform chosen explicitly."""
     if sys.platform in ("win32", "darwin"):
         return True
-    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or os.environ.get("QT_QPA_PLATFORM"))
+    return bool(
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or os.environ.get("QT_QPA_PLATFORM")
+    )
 
 
 def tune_malloc() -> None:

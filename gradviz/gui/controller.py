@@ -44,12 +44,12 @@ class Controller(QObject):
     def __init__(self, threaded: bool = True, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.worker = LabWorker()
-        self.thread: QThread | None = None
+        self.lab_thread: QThread | None = None
         if threaded:
-            self.thread = QThread()
-            self.thread.setObjectName("gradviz-lab")
-            self.worker.moveToThread(self.thread)
-            self.thread.start()
+            self.lab_thread = QThread()
+            self.lab_thread.setObjectName("gradviz-lab")
+            self.worker.moveToThread(self.lab_thread)
+            self.lab_thread.start()
         self._build.connect(self.worker.build)
         self._step.connect(self.worker.step)
         self._reset.connect(self.worker.reset)
@@ -80,10 +80,10 @@ class Controller(QObject):
     def shutdown(self) -> None:
         """Stop playing and end the worker thread (waits for the op in flight)."""
         self.pause()
-        if self.thread is not None:
-            self.thread.quit()
-            self.thread.wait(5000)
-            self.thread = None
+        if self.lab_thread is not None:
+            self.lab_thread.quit()
+            self.lab_thread.wait(5000)
+            self.lab_thread = None
 
     def _set_busy(self, busy: bool) -> None:
         if busy != self.busy:
@@ -114,7 +114,9 @@ class Controller(QObject):
         """Rebuild with an edited scenario, from the same initial weights, back at this iteration."""
         iterations = 0
         if self.info is not None and self.cursor >= 0:
-            iterations = (self.cursor + 1 + self.info.ticks_per_iteration - 1) // self.info.ticks_per_iteration
+            iterations = (
+                self.cursor + 1 + self.info.ticks_per_iteration - 1
+            ) // self.info.ticks_per_iteration
         self.open(scenario, iterations, restore)
 
     def _on_built(self, info: LabInfo, generation: int) -> None:

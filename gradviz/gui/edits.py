@@ -23,7 +23,9 @@ def restore_orders(scenario: Scenario) -> dict[str, tuple[str, ...]]:
     return {r.name: tuple(r.loop.order) for r in scenario.runs if "zero_grad" in r.loop.order}
 
 
-def set_zero_grad(scenario: Scenario, run_name: str, on: bool, restore: tuple[str, ...] | None = None) -> Scenario:
+def set_zero_grad(
+    scenario: Scenario, run_name: str, on: bool, restore: tuple[str, ...] | None = None
+) -> Scenario:
     """Remove or restore the zero_grad call of one run's loop."""
 
     def change(run: Any) -> Any:

@@ -32,7 +32,9 @@ def _amount(value: np.ndarray | None) -> str:
 def _zero_grad_sentence(rec: Any, moment: Moment) -> str:
     spec = moment.info.runs[moment.info.run_index(rec.run)].spec
     loop = spec.loop
-    owner = {"optimizer": "optimizer.zero_grad()", "model": "model.zero_grad()"}.get(loop.zero_grad, "the loop")
+    owner = {"optimizer": "optimizer.zero_grad()", "model": "model.zero_grad()"}.get(
+        loop.zero_grad, "the loop"
+    )
     grads = rec.grads
     kept = [n for n, g in grads.items() if g is not None and np.any(np.asarray(g) != 0)]
     if kept:
@@ -50,7 +52,10 @@ def _forward_sentence(rec: Any, moment: Moment) -> str:
     if loss is None or not np.isfinite(loss):
         return f"the forward pass gave loss = {fmt.number(loss)}: this run diverged and stops here."
     micro = f" on micro-batch {rec.micro + 1}" if _accumulates(moment, rec.run) else ""
-    return f"the forward pass computed loss = {fmt.number(loss)}{micro} and built the graph; no .grad changed yet."
+    return (
+        f"the forward pass computed loss = {fmt.number(loss)}{micro} and built the graph; "
+        "no .grad changed yet."
+    )
 
 
 def _accumulates(moment: Moment, run: str) -> bool:
@@ -101,8 +106,14 @@ def _step_sentence(rec: Any, moment: Moment) -> str:
         return f"{call} left every parameter where it was (no .grad, or nothing to step on)."
     name, delta = moved[0]
     flat = delta.reshape(-1)
-    by = fmt.signed(flat[0]) if flat.size == 1 else f"a change of norm {fmt.number(float(np.linalg.norm(flat)), 3)}"
-    others = f" (and {len(moved) - 1} more parameter{'s' if len(moved) > 2 else ''})" if len(moved) > 1 else ""
+    by = (
+        fmt.signed(flat[0])
+        if flat.size == 1
+        else f"a change of norm {fmt.number(float(np.linalg.norm(flat)), 3)}"
+    )
+    others = (
+        f" (and {len(moved) - 1} more parameter{'s' if len(moved) > 2 else ''})" if len(moved) > 1 else ""
+    )
     skipped = [n for n in names if rec.grads.get(n) is None]
     tail = ""
     if skipped:
@@ -110,6 +121,14 @@ def _step_sentence(rec: Any, moment: Moment) -> str:
     elif "zero_grad" not in spec.loop.order and moment.backward_count(rec.run) > 1:
         tail = f", pushed by .grad holding {moment.backward_count(rec.run)} batches' gradients"
     return f"{call} moved {name} by {by}{others}{tail}."
+
+
+def _capitalised(sentence: str) -> str:
+    """Capital first letter, except where the sentence opens with code (``backward()``, ``model.x``)."""
+    first = sentence.split(" ", 1)[0]
+    if "(" in first or "." in first:
+        return sentence
+    return sentence[0].upper() + sentence[1:]
 
 
 def narrate(moment: Moment | None) -> str:
@@ -134,5 +153,5 @@ def narrate(moment: Moment | None) -> str:
         }[rec.op](rec, moment)
         if rec.diverged and rec.op != "forward":
             sentence = sentence.rstrip(".") + "; the run has diverged (inf or NaN) and stops here."
-        return prefix + sentence[0].upper() + sentence[1:] if not prefix else prefix + sentence
+        return prefix + sentence if prefix else _capitalised(sentence)
     return "Loading the record of this op…"

@@ -5,7 +5,9 @@ from __future__ import annotations
 from gradviz.gui.render import application, check_writable, save_png
 
 
-def write_snapshot(scenario_arg: str, output: str, *, ops: int, size: tuple[int, int], presentation: bool) -> None:
+def write_snapshot(
+    scenario_arg: str, output: str, *, ops: int, size: tuple[int, int], presentation: bool
+) -> None:
     """Open ``scenario_arg``, perform ``ops`` ticks, and write the window as a PNG to ``output``.
 
     Parameters

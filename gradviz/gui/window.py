@@ -49,7 +49,7 @@ from gradviz.gui.views.surface import SurfaceView
 from gradviz.gui.views.timeline import TimelineView
 
 DEFAULT_SCENARIO = "forgot-zero-grad"
-FRAME_MS = 16
+FRAME_MS = 33  # during Play: about the rate a projector shows, and time left for the worker
 PANEL_TITLES = {"code": "Code", "surface": "Loss surface", "grads": ".grad inspector", "timeline": "Timeline"}
 SPEED_LABELS = {0: "max"}
 
@@ -90,6 +90,7 @@ class MainWindow(QMainWindow):
         self.narration = QLabel(narrate(None))
         self.narration.setObjectName("narration")
         self.narration.setWordWrap(True)
+        self.narration.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         self.code = CodeView()
         self.surface = SurfaceView()
         self.grads = GradsView()
@@ -157,10 +158,14 @@ class MainWindow(QMainWindow):
     def _make_actions(self) -> None:
         c = self.controller
         self.act_next = self._action("Next op", ("Right", "PgDown"), c.next_op, "Perform or show the next op")
-        self.act_iter = self._action("Next iteration", ("Shift+Right",), c.next_iteration, "To the end of the iteration")
+        self.act_iter = self._action(
+            "Next iteration", ("Shift+Right",), c.next_iteration, "To the end of the iteration"
+        )
         self.act_prev = self._action("Previous op", ("Left", "PgUp"), c.prev_op, "Show the op before")
         self.act_play = self._action("Play", ("Space", "B"), c.toggle_play, "Play or pause")
-        self.act_reset = self._action("Reset", ("R",), c.reset, "Back to the start: same weights, same batches")
+        self.act_reset = self._action(
+            "Reset", ("R",), c.reset, "Back to the start: same weights, same batches"
+        )
         self.act_present = self._action(
             "Presentation mode", ("F5",), self.toggle_presentation, "Full screen, large type, chosen views"
         )
@@ -321,7 +326,9 @@ class MainWindow(QMainWindow):
         self._restart(new)
 
     def open_file_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open scenario", "", "Scenario files (*.toml);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open scenario", "", "Scenario files (*.toml);;All files (*)"
+        )
         if path:
             self.open_scenario(path)
 
@@ -352,7 +359,7 @@ class MainWindow(QMainWindow):
 
             try:
                 save_png(self.grab().toImage(), path)
-            except Exception as exc:  # noqa: BLE001 - a UserError or OSError, shown as its sentence
+            except Exception as exc:
                 self.show_error(str(exc))
 
     def show_error(self, message: str) -> None:
@@ -403,10 +410,12 @@ class MainWindow(QMainWindow):
         moment = self.controller.moment()
         if moment is None:
             return
-        for key, view in self.panels.items():
+        for _key, view in self.panels.items():
             if view.isVisible() or not self.isVisible():
                 view.draw(moment)  # type: ignore[attr-defined]
-        self.narration.setText(narrate(moment))
+        text = narrate(moment)
+        if text != self.narration.text():
+            self.narration.setText(text)
         self._update_status()
         self.frames += 1
         self.frame_drawn.emit()
@@ -417,14 +426,18 @@ class MainWindow(QMainWindow):
         if info is None or moment is None:
             self.status.setText("Loading…")
             return
-        parts = [f"iteration {moment.iteration() + 1 if moment.tick >= 0 else 0} of {info.scenario.iterations}"]
+        parts = [
+            f"iteration {moment.iteration() + 1 if moment.tick >= 0 else 0} of {info.scenario.iterations}"
+        ]
         parts.append(f"op {moment.tick + 1}" if moment.tick >= 0 else "before the first op")
         if c.tape is not None and moment.tick < c.tape.last_tick:
             parts.append(f"history: {c.tape.last_tick + 1} ops (→ replays them)")
         runs = []
         for i, run in enumerate(info.runs):
             status = moment.status(run.name)
-            word = {"running": "running", "diverged": "DIVERGED (inf/NaN)", "error": "stopped by an error"}[status]
+            word = {"running": "running", "diverged": "DIVERGED (inf/NaN)", "error": "stopped by an error"}[
+                status
+            ]
             runs.append(f"<span style='color:{run_color(i)}'>{run_glyph(i)} {run.name}</span>: {word}")
         parts.append(", ".join(runs))
         parts.append(f"device {info.device}")
@@ -432,7 +445,9 @@ class MainWindow(QMainWindow):
             parts.append("playing")
         elif c.busy:
             parts.append("working…")
-        self.status.setText("  ·  ".join(parts))
+        text = "  ·  ".join(parts)
+        if text != self.status.text():
+            self.status.setText(text)
 
     def paintEvent(self, event: QPaintEvent) -> None:
         super().paintEvent(event)
@@ -449,6 +464,7 @@ class MainWindow(QMainWindow):
             apply_theme(app, self.theme, self.presenting)
         for view in self.panels.values():
             view.set_theme(self.theme)  # type: ignore[attr-defined]
+        self._fix_narration_height()
         self.act_dark.blockSignals(True)
         self.act_dark.setChecked(self.theme.dark)
         self.act_dark.blockSignals(False)
@@ -459,6 +475,14 @@ class MainWindow(QMainWindow):
     # -------------------------------------------------------- presentation
     def toggle_presentation(self) -> None:
         self.set_presentation(not self.presenting)
+
+    def _fix_narration_height(self) -> None:
+        # Two lines, always: a label that grows and shrinks with its text would re-lay out
+        # (and repaint) the whole window on every op.
+        self.narration.ensurePolished()
+        lines = self.narration.fontMetrics().lineSpacing() * 2
+        margins = self.narration.contentsMargins()
+        self.narration.setFixedHeight(lines + margins.top() + margins.bottom() + 14)
 
     def set_presentation(self, on: bool, full_screen: bool = True) -> None:
         """Presentation mode: large type, no chrome, only the views chosen for it."""
@@ -488,6 +512,7 @@ class MainWindow(QMainWindow):
             if hasattr(view, "set_point_size"):
                 view.set_point_size(size)
         self.grads.fit_columns()
+        self._fix_narration_height()
         if full_screen:
             if on:
                 self._normal_geometry = self.saveGeometry()
@@ -507,7 +532,9 @@ class MainWindow(QMainWindow):
 
     def show_panel(self, key: str, on: bool) -> None:
         """Show or hide a panel outside presentation mode."""
-        self.panels_shown = tuple(k for k in PANELS if (k == key and on) or (k != key and k in self.panels_shown))
+        self.panels_shown = tuple(
+            k for k in PANELS if (k == key and on) or (k != key and k in self.panels_shown)
+        )
         if not self.presenting:
             self.panels[key].setVisible(on)
             self._fix_splitters()

@@ -79,7 +79,7 @@ class LabWorker(QObject):
         except UserError as exc:
             self.failed.emit(str(exc), generation)
             return
-        except Exception as exc:  # noqa: BLE001 - shown as one sentence, the window stays usable
+        except Exception as exc:
             self.failed.emit(f"The scenario could not be built ({type(exc).__name__}: {exc}).", generation)
             return
         # Only a lab that was built replaces the one the controller is stepping.
@@ -141,7 +141,7 @@ class LabWorker(QObject):
                 if until_tick < 0 or lab.tick > until_tick:
                     break
             result = self._result(distance)
-        except Exception as exc:  # noqa: BLE001 - the engine failing must not kill the thread
+        except Exception as exc:
             self.failed.emit(f"The op failed inside gradviz ({type(exc).__name__}: {exc}).", generation)
             return
         self.stepped.emit(result, generation)
@@ -154,7 +154,11 @@ class LabWorker(QObject):
         with torch.no_grad():
             base = torch.cat([p.detach().reshape(-1).double() for p in runs[0].tensors])
             return tuple(
-                float(torch.linalg.vector_norm(torch.cat([p.detach().reshape(-1).double() for p in r.tensors]) - base))
+                float(
+                    torch.linalg.vector_norm(
+                        torch.cat([p.detach().reshape(-1).double() for p in r.tensors]) - base
+                    )
+                )
                 for r in runs[1:]
             )
 

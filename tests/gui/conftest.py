@@ -6,11 +6,11 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from collections.abc import Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
+from collections.abc import Iterator
+from pathlib import Path
 
-import pytest  # noqa: E402
-from PySide6.QtCore import QSettings  # noqa: E402
+import pytest
+from PySide6.QtCore import QSettings
 
 
 @pytest.fixture(autouse=True)
@@ -24,7 +24,7 @@ def sandboxed_settings(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture
-def open_window(qtbot):  # noqa: ANN001, ANN201 - pytest-qt's qtbot
+def open_window(qtbot):
     """A factory: ``open_window(scenario)`` shows the window with that lab built and nothing run."""
     from gradviz.gui.window import MainWindow
 
@@ -38,7 +38,9 @@ def open_window(qtbot):  # noqa: ANN001, ANN201 - pytest-qt's qtbot
         qtbot.waitExposed(window)
         window.activateWindow()
         window.controller.open(scenario)  # type: ignore[arg-type]
-        qtbot.waitUntil(lambda: window.controller.info is not None and not window.controller.busy, timeout=30000)
+        qtbot.waitUntil(
+            lambda: window.controller.info is not None and not window.controller.busy, timeout=30000
+        )
         made.append(window)
         return window
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+from gui_helpers import colour_near, press, settle
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
 from PySide6.QtGui import QMouseEvent
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QMessageBox
 
 from gradviz.gui.theme import RUN_COLORS
-from tests.gui.helpers import colour_near, press, settle
 
 RIGHT, LEFT = Qt.Key.Key_Right, Qt.Key.Key_Left
 SHIFT = Qt.KeyboardModifier.ShiftModifier
@@ -96,7 +96,7 @@ def test_reference_and_skipped_run_separate_on_the_surface(open_window, qtbot) -
     assert "because zero_grad was skipped" in _backward_sentence(w, qtbot)
 
 
-def _backward_sentence(w, qtbot) -> str:  # noqa: ANN001
+def _backward_sentence(w, qtbot) -> str:
     # Walk to the next backward of "yours" and read the narration there.
     for _ in range(w.controller.info.ticks_per_iteration):
         press(qtbot, w, RIGHT)
@@ -116,7 +116,9 @@ def test_toggling_the_zero_grad_line_restarts_without_drift(open_window, qtbot) 
     qtbot.mouseClick(box, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "zero_grad" in w.controller.info.runs[0].spec.loop.order, timeout=30000)
     settle(qtbot, w)
-    assert w.controller.cursor == 5 * w.controller.info.ticks_per_iteration - 1, "replayed to the same iteration"
+    assert w.controller.cursor == 5 * w.controller.info.ticks_per_iteration - 1, (
+        "replayed to the same iteration"
+    )
     assert max(w.controller.tape.distance[0]) == 0.0, "with zero_grad restored both runs are identical"
     assert w.code.toggle("zero_grad").isChecked()
     assert "optimizer.zero_grad()" in w.code.editor.toPlainText()
@@ -273,6 +275,11 @@ def test_a_bad_setting_says_why_and_keeps_the_lab(open_window, qtbot) -> None:
     qtbot.waitUntil(lambda: w.last_error is not None, timeout=30000)
     assert "does not divide" in w.last_error
     assert w.controller.info is before
+    dialog = w.findChild(QMessageBox, "errorDialog")
+    assert dialog is not None and dialog.text() == w.last_error
+    dialog.accept()
+    w.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is w)
     press(qtbot, w, RIGHT)
     assert w.controller.cursor == 0
 

@@ -76,5 +76,5 @@ def test_fresh_environment_runs_the_commands(wheel: Path, tmp_path: Path) -> Non
     assert json.loads(lines[0])["type"] == "header" and json.loads(lines[-1])["type"] == "end"
     run("snapshot", "forgot-zero-grad", "--ops", "8", "-o", "shot.png")
     assert (outside / "shot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    run("export", "forgot-zero-grad", "--iterations", "2", "--size", "480x320", "-o", "loop.gif")
+    run("export", "forgot-zero-grad", "--iterations", "2", "--size", "800x600", "-o", "loop.gif")
     assert (outside / "loop.gif").read_bytes()[:6] == b"GIF89a"

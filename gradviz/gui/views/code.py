@@ -171,7 +171,9 @@ class CodeView(QWidget):
         if len(self.info.runs) > 1:
             self.title.setText("Code of run")
         else:
-            self.title.setText(f"Code of <span style='color:{run_color(index)}'>{run_glyph(index)} {name}</span>")
+            self.title.setText(
+                f"Code of <span style='color:{run_color(index)}'>{run_glyph(index)} {name}</span>"
+            )
         self.note.setText(run.note)
         self.note.setVisible(bool(run.note))
         self.lines = display_lines(run)
@@ -196,7 +198,11 @@ class CodeView(QWidget):
                 box.setToolTip("Run this zero_grad line (uncheck to skip it: .grad then piles up)")
                 box.toggled.connect(lambda on: self._emit("zero_grad", on))
                 self.toggles.append((row, box))
-            if d.number in zero_lines and ("zero_grad(" in d.text or "p.grad" in d.text) and self._has_choice(d):
+            if (
+                d.number in zero_lines
+                and ("zero_grad(" in d.text or "p.grad" in d.text)
+                and self._has_choice(d)
+            ):
                 box = QCheckBox("set_to_none", self.editor.viewport())
                 box.setObjectName("setToNoneToggle")
                 box.setChecked(loop.set_to_none)
@@ -230,7 +236,11 @@ class CodeView(QWidget):
 
     def toggle(self, what: str) -> QCheckBox | None:
         """The first checkbox of kind ``what`` (for tests and keyboard access)."""
-        name = {"zero_grad": "zeroGradToggle", "set_to_none": "setToNoneToggle", "scale_loss": "scaleLossToggle"}
+        name = {
+            "zero_grad": "zeroGradToggle",
+            "set_to_none": "setToNoneToggle",
+            "scale_loss": "scaleLossToggle",
+        }
         return next((b for _, b in self.toggles if b.objectName() == name[what]), None)
 
     # ------------------------------------------------------------- layout
@@ -244,7 +254,7 @@ class CodeView(QWidget):
         cr = self.editor.contentsRect()
         self.gutter.setGeometry(QRect(cr.left(), cr.top(), width, cr.height()))
 
-    def resizeEvent(self, event: object) -> None:  # type: ignore[override]
+    def resizeEvent(self, event: object) -> None:
         super().resizeEvent(event)  # type: ignore[arg-type]
         self._layout_gutter()
         self._place_toggles()
@@ -303,7 +313,9 @@ class CodeView(QWidget):
                     )
                 if d.number is not None and d.number == self.next_line:
                     painter.setPen(QColor(self.theme.accent))
-                    painter.drawText(QRect(2, top, fm.horizontalAdvance("▶"), h), int(Qt.AlignmentFlag.AlignVCenter), "▶")
+                    painter.drawText(
+                        QRect(2, top, fm.horizontalAdvance("▶"), h), int(Qt.AlignmentFlag.AlignVCenter), "▶"
+                    )
             block = block.next()
         painter.end()
 
@@ -331,7 +343,7 @@ class CodeView(QWidget):
         return next((r for r, d in enumerate(self.lines) if d.number == number), -1)
 
     def _highlight(self) -> None:
-        selections = []
+        selections: list[QTextEdit.ExtraSelection | None] = []
         for row, d in enumerate(self.lines):
             if d.number is None:
                 sel = QTextEdit.ExtraSelection()
@@ -358,7 +370,7 @@ class CodeView(QWidget):
                 self.editor.setTextCursor(cursor)
                 self.editor.ensureCursorVisible()
 
-    def _line_cursor(self, row: int):  # noqa: ANN202 - a QTextCursor
+    def _line_cursor(self, row: int):
         block = self.editor.document().findBlockByNumber(row)
         cursor = self.editor.textCursor()
         cursor.setPosition(block.position())

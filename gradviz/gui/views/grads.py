@@ -80,16 +80,18 @@ class CellDelegate(QStyledItemDelegate):
         super().__init__(view.table)
         self.view = view
 
-    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> None:
+    def paint(
+        self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
+    ) -> None:
         theme = self.view.theme
         kind = index.data(KIND)
-        rect = option.rect  # type: ignore[attr-defined]
+        rect = option.rect
         painter.save()
         if index.data(CHANGED):
             painter.fillRect(rect, QColor(theme.highlight))
         if kind == "none":
             painter.fillRect(rect.adjusted(2, 2, -2, -2), QColor(theme.none_bg))
-            font = QFont(option.font)  # type: ignore[attr-defined]
+            font = QFont(option.font)
             font.setItalic(True)
             painter.setFont(font)
             painter.setPen(QColor(theme.muted))
@@ -104,9 +106,9 @@ class CellDelegate(QStyledItemDelegate):
         painter.restore()
         opt = QStyleOptionViewItem(option)
         if kind == "na":
-            opt.palette.setColor(opt.palette.ColorRole.Text, QColor(theme.muted))  # type: ignore[attr-defined]
+            opt.palette.setColor(opt.palette.ColorRole.Text, QColor(theme.muted))
         if index.data(CHANGED):
-            opt.state &= ~QStyle.StateFlag.State_Selected  # type: ignore[attr-defined]
+            opt.state &= ~QStyle.StateFlag.State_Selected
         super().paint(painter, opt, index)
 
     def _paint_vector(self, painter: QPainter, rect: QRect, flat: np.ndarray, theme: Theme) -> None:
@@ -154,7 +156,9 @@ class GradsView(QWidget):
         self.table.setObjectName("gradsTable")
         self.table.setHorizontalHeaderLabels(list(COLUMNS))
         for col, tip in enumerate(HEADER_TIPS):
-            self.table.horizontalHeaderItem(col).setToolTip(tip)
+            title = self.table.horizontalHeaderItem(col)
+            assert title is not None  # set by setHorizontalHeaderLabels just above
+            title.setToolTip(tip)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
@@ -198,12 +202,15 @@ class GradsView(QWidget):
         self.table.resizeColumnsToContents()
         fm = self.table.fontMetrics()
         for col in range(1, len(COLUMNS) - 1):
-            self.table.setColumnWidth(col, max(self.table.columnWidth(col), fm.horizontalAdvance("-0.0000") + 16))
+            self.table.setColumnWidth(
+                col, max(self.table.columnWidth(col), fm.horizontalAdvance("-0.0000") + 16)
+            )
         self.table.resizeRowsToContents()
 
     # ---------------------------------------------------------------- draw
     def _set(self, row: int, col: int, value: Any, kind: str, changed: bool, text: str | None = None) -> None:
         item = self.table.item(row, col)
+        assert item is not None  # every cell is filled when the rows are built
         if kind == "none":
             shown = fmt.NONE_TEXT
         elif kind == "array":
@@ -212,10 +219,19 @@ class GradsView(QWidget):
             shown = text or ""
         if item.text() != shown:
             item.setText(shown)
-        item.setData(KIND, kind)
-        item.setData(VALUES, value if kind == "array" else None)
-        item.setData(CHANGED, bool(changed))
-        item.setToolTip(fmt.full(value) if kind in ("array", "none") else shown)
+        values = value if kind == "array" else None
+        old = item.data(VALUES)
+        if (
+            item.data(KIND) != kind
+            or item.data(CHANGED) != bool(changed)
+            or (old is None) != (values is None)
+            or (values is not None and not _same(old, values))
+        ):
+            # setData repaints the cell: only when something shown changed.
+            item.setData(KIND, kind)
+            item.setData(VALUES, values)
+            item.setData(CHANGED, bool(changed))
+            item.setToolTip(fmt.full(value) if kind in ("array", "none") else shown)
 
     def draw(self, moment: Moment) -> None:
         """Fill every row with the state of its run at ``moment``."""
@@ -231,7 +247,9 @@ class GradsView(QWidget):
             for param in run.names:
                 row = self.rows[(run.name, param)]
                 value = now.params.get(param)
-                self._set(row, 1, value, "array", before is not None and not _same(value, before.params.get(param)))
+                self._set(
+                    row, 1, value, "array", before is not None and not _same(value, before.params.get(param))
+                )
                 grad = now.grads.get(param)
                 g_changed = before is not None and not _same(grad, before.grads.get(param))
                 self._set(row, 2, grad, "none" if grad is None else "array", g_changed)
@@ -252,8 +270,9 @@ class GradsView(QWidget):
                 old = before.state.get(param, {}) if before is not None else {}
                 s_changed = state_text(old, manual) != text
                 self._set(row, 5, None, "text", s_changed, text)
-        self.table.viewport().update()
 
     def cell(self, run: str, param: str, column: str) -> QTableWidgetItem:
         """The item shown for ``run``'s ``param`` in the column headed ``column``."""
-        return self.table.item(self.rows[(run, param)], COLUMNS.index(column))
+        item = self.table.item(self.rows[(run, param)], COLUMNS.index(column))
+        assert item is not None
+        return item

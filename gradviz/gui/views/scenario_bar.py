@@ -190,7 +190,9 @@ class ScenarioBar(QWidget):
             self.batch.setRange(1, max(sc.data.n, 1))
             self.batch.setValue(sc.data.batch_size)
             self.batch.setEnabled(not no_data)
-            self.batch.setToolTip("This model has no data" if no_data else f"Points per batch (of {sc.data.n})")
+            self.batch.setToolTip(
+                "This model has no data" if no_data else f"Points per batch (of {sc.data.n})"
+            )
             self.accumulate.setValue(run.spec.loop.accumulate)
             self.accumulate.setEnabled(not no_data and sc.model.kind != "gan")
             self.seed.setValue(min(sc.seed, 2**31 - 1))
@@ -205,7 +207,8 @@ class ScenarioBar(QWidget):
             if isinstance(model, QStandardItemModel):
                 model.item(i).setEnabled(reason is None)
             self.device.setItemData(
-                i, reason or f"run on {name}" if name != "auto" else "the fastest device present",
+                i,
+                reason or f"run on {name}" if name != "auto" else "the fastest device present",
                 Qt.ItemDataRole.ToolTipRole,
             )
         self.device.setCurrentText(info.scenario.device)

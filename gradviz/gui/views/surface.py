@@ -15,7 +15,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont
-from PySide6.QtWidgets import QLabel, QStackedLayout, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QLabel, QStackedLayout, QVBoxLayout, QWidget
 
 from gradviz.gui.tape import LabInfo, Moment
 from gradviz.gui.theme import LIGHT, Theme, run_color, run_dash, run_symbol
@@ -42,18 +42,19 @@ class _RunItems:
     def __init__(self, plot: pg.PlotItem, index: int, name: str) -> None:
         colour = QColor(run_color(index))
         self.colour = colour
-        self.path = pg.PlotDataItem(
-            pen=pg.mkPen(colour, width=2, style=run_dash(index)),
-            symbol=run_symbol(index),
-            symbolSize=5,
-            symbolBrush=colour,
-            symbolPen=None,
-            connect="finite",
+        self.symbol = run_symbol(index)
+        self.path = pg.PlotDataItem(pen=pg.mkPen(colour, width=2, style=run_dash(index)), connect="finite")
+        # Single markers are moved with setPos: re-setting a scatter's data costs milliseconds a frame.
+        self.point = pg.ScatterPlotItem(
+            [0.0], [0.0], size=15, symbol=self.symbol, brush=colour, pen=pg.mkPen("w", width=2)
         )
-        self.point = pg.ScatterPlotItem(size=15, symbol=run_symbol(index), brush=colour, pen=pg.mkPen("w", width=2))
         self.point.setZValue(20)
-        self.diverged = pg.ScatterPlotItem(size=22, symbol="x", brush=colour, pen=pg.mkPen(colour, width=2))
+        self.diverged = pg.ScatterPlotItem(
+            [0.0], [0.0], size=22, symbol="x", brush=colour, pen=pg.mkPen(colour, width=2)
+        )
         self.diverged.setZValue(21)
+        self.diverged.setVisible(False)
+        self.shown: tuple[int, float, float] | None = None
         self.diverged_label = pg.TextItem("", color=colour, anchor=(0, 1))
         self.diverged_label.setZValue(21)
         self.lines = {
@@ -62,7 +63,9 @@ class _RunItems:
             "step": pg.PlotDataItem(pen=pg.mkPen(colour, width=4)),
         }
         self.heads = {
-            key: pg.ArrowItem(headLen=14 if key == "step" else 10, tipAngle=30, brush=colour, pen=pg.mkPen(colour))
+            key: pg.ArrowItem(
+                headLen=14 if key == "step" else 10, tipAngle=30, brush=colour, pen=pg.mkPen(colour)
+            )
             for key in self.lines
         }
         for item in (self.path, self.point, self.diverged, self.diverged_label, *self.lines.values()):
@@ -100,6 +103,8 @@ class SurfaceView(QWidget):
         self.plot.hideButtons()
         self.image = pg.ImageItem()
         self.image.setZValue(-10)
+        # The shading and contours change only when the range does: paint them from a pixmap.
+        self.image.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self.plot.addItem(self.image)
         self.contours: list[pg.IsocurveItem] = []
         self.minimum = pg.ScatterPlotItem(size=12, symbol="+", pen=pg.mkPen("k", width=2))
@@ -184,7 +189,13 @@ class SurfaceView(QWidget):
         """Prepare the surface of a new lab (or the placeholder when it has none)."""
         self.info = info
         for items in self.items:
-            for item in (items.path, items.point, items.diverged, items.diverged_label, *items.lines.values()):
+            for item in (
+                items.path,
+                items.point,
+                items.diverged,
+                items.diverged_label,
+                *items.lines.values(),
+            ):
                 self.plot.removeItem(item)
             for head in items.heads.values():
                 self.plot.removeItem(head)
@@ -193,10 +204,12 @@ class SurfaceView(QWidget):
         model = info.surface
         if model is None:
             self.title.setText("Loss surface")
+            n = info.parameter_count
+            shape = "a curve over one parameter" if n == 1 else "a plane through parameter space"
             self.placeholder.setText(
-                f"This model has {info.parameter_count:,} parameters. Its loss surface needs a plane "
-                "through parameter space: surfaces for this model come later. The timeline, the "
-                ".grad inspector and the code show every op."
+                f"This model has {n:,} parameter{'s' if n != 1 else ''}. Its loss picture needs {shape}: "
+                "surfaces for this model come later. The timeline, the .grad inspector and the code "
+                "show every op."
             )
             self.stack.setCurrentIndex(1)
             return
@@ -236,7 +249,9 @@ class SurfaceView(QWidget):
         z = self.info.surface.evaluate(gx, gy)
         values, self.log_colour = colour_values(z)
         finite = values[np.isfinite(values)]
-        lo, hi = (float(np.percentile(finite, 1)), float(np.percentile(finite, 97))) if finite.size else (0.0, 1.0)
+        lo, hi = (
+            (float(np.percentile(finite, 1)), float(np.percentile(finite, 97))) if finite.size else (0.0, 1.0)
+        )
         if hi <= lo:
             hi = lo + 1.0
         shown = np.nan_to_num(values, nan=hi, posinf=hi, neginf=lo)
@@ -259,6 +274,7 @@ class SurfaceView(QWidget):
         for level in np.linspace(lo, hi, CONTOURS + 2)[1:-1]:
             curve = pg.IsocurveItem(data=shown, level=float(level), pen=pen)
             curve.setParentItem(self.image)
+            curve.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             self.contours.append(curve)
         self.plot.setRange(xRange=self.x_range, yRange=self.y_range, padding=0)
         colour = "log₁₀ loss" if self.log_colour else "loss"
@@ -268,14 +284,15 @@ class SurfaceView(QWidget):
     # -------------------------------------------------------------- draw
     def _path(self, moment: Moment, index: int, name: str) -> np.ndarray:
         """The run's parameter points up to this moment: the start, then one per step."""
-        model = self.info.surface  # type: ignore[union-attr]
+        assert self.info is not None and self.info.surface is not None  # drawn only for surfaces
+        model = self.info.surface
         items = self.items[index]
         rt = moment.tape.runs[name]
         upto = rt.index_at(moment.tick)
         if len(items.cache_ops) > len(rt):  # the tape was reset
             items.cache, items.cache_ops = [], []
         if not items.cache:
-            items.cache = [model.point(self.info.initial[name].params)]  # type: ignore[union-attr]
+            items.cache = [model.point(self.info.initial[name].params)]
             items.cache_ops = []
         for i in range(len(items.cache_ops), len(rt)):
             rec = rt.records[i]
@@ -328,24 +345,43 @@ class SurfaceView(QWidget):
     def _draw_run(self, moment: Moment, index: int, name: str, path: np.ndarray) -> None:
         items = self.items[index]
         shown = self._clip(path)
-        items.path.setData(shown[:, 0], shown[:, 1])
+        key = (len(path), self.x_range[0], self.x_range[1])
+        if key != items.shown:
+            items.shown = key
+            # Markers on every point while they can be told apart; a long path is a line.
+            symbols = {
+                "symbol": items.symbol,
+                "symbolSize": 5,
+                "symbolBrush": items.colour,
+                "symbolPen": None,
+            }
+            items.path.setData(
+                shown[:, 0], shown[:, 1], **(symbols if len(shown) <= 150 else {"symbol": None})
+            )
         finite = shown[np.all(np.isfinite(path), axis=1)]
         status = moment.status(name)
         last = finite[-1] if len(finite) else shown[0]
-        if status == "running":
-            items.point.setData([last[0]], [last[1]])
-            items.diverged.setData([], [])
-            items.diverged_label.setText("")
+        running = status == "running"
+        items.point.setVisible(running)
+        items.diverged.setVisible(not running)
+        if running:
+            items.point.setPos(float(last[0]), float(last[1]))
+            if items.diverged_label.toPlainText():
+                items.diverged_label.setText("")
         else:
-            items.point.setData([], [])
-            items.diverged.setData([last[0]], [last[1]])
+            items.diverged.setPos(float(last[0]), float(last[1]))
             items.diverged_label.setText(f" {name} {'diverged' if status == 'diverged' else 'stopped'}")
             items.diverged_label.setPos(float(last[0]), float(last[1]))
         self._draw_arrows(moment, items, name, (float(last[0]), float(last[1])), status == "running")
 
-    def _draw_arrows(self, moment: Moment, items: _RunItems, name: str, at: tuple[float, float], live: bool) -> None:
-        model = self.info.surface  # type: ignore[union-attr]
-        segments: dict[str, tuple[tuple[float, float], tuple[float, float]] | None] = dict.fromkeys(items.lines)
+    def _draw_arrows(
+        self, moment: Moment, items: _RunItems, name: str, at: tuple[float, float], live: bool
+    ) -> None:
+        assert self.info is not None and self.info.surface is not None  # drawn only for surfaces
+        model = self.info.surface
+        segments: dict[str, tuple[tuple[float, float], tuple[float, float]] | None] = dict.fromkeys(
+            items.lines
+        )
         back = moment.last_backward(name) if live else None
         if back is not None:
             lr = float(next(iter(back.lr.values()), 0.0))
@@ -365,11 +401,15 @@ class SurfaceView(QWidget):
     def _arrow(self, items: _RunItems, key: str, seg: Any) -> None:
         line, head = items.lines[key], items.heads[key]
         if seg is None or not all(math.isfinite(v) for p in seg for v in p):
-            line.setData([], [])
+            if line.property("segment") is not None:
+                line.setProperty("segment", None)
+                line.setData([], [])
             head.setVisible(False)
             return
         pts = self._clip(np.array(seg, dtype=np.float64))
-        line.setData(pts[:, 0], pts[:, 1])
+        if line.property("segment") != pts.tobytes():
+            line.setProperty("segment", pts.tobytes())
+            line.setData(pts[:, 0], pts[:, 1])
         px, py = self.plot.getViewBox().viewPixelSize()
         dx = (pts[1, 0] - pts[0, 0]) / (px or 1.0)
         dy = -(pts[1, 1] - pts[0, 1]) / (py or 1.0)

@@ -7,6 +7,7 @@ ends with a cross.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from gradviz.gui.tape import LabInfo, Moment
 from gradviz.gui.theme import LIGHT, OP_COLORS, OP_LETTERS, Theme, run_color, run_dash, run_glyph
 
 OPS = ("zero_grad", "forward", "backward", "step")
+PLAY_CURVE_INTERVAL = 0.25  # seconds
 AXIS_WIDTH = 48
 LABEL_WIDTH = 70
 
@@ -91,6 +93,8 @@ class TimelineView(QWidget):
         self.theme: Theme = LIGHT
         self.info: LabInfo | None = None
         self._drawn_len = -1
+        self._drawn_at = 0.0
+        self._span = 0.0
         self.title = QLabel("Timeline")
         self.title.setObjectName("panelTitle")
         self.legend = QLabel("")
@@ -114,6 +118,8 @@ class TimelineView(QWidget):
             )
             plot.setMenuEnabled(False)
             plot.hideButtons()
+            plot.setClipToView(True)
+            plot.setDownsampling(auto=True, mode="peak")
             plot.getAxis("left").setWidth(AXIS_WIDTH)
             if key != "tape":
                 plot.getAxis("bottom").setStyle(showValues=False)
@@ -173,6 +179,7 @@ class TimelineView(QWidget):
         """Curves for each run of the new lab; the distance row only with two or more runs."""
         self.info = info
         self._drawn_len = -1
+        self._span = 0.0
         for key, curves in self.curves.items():
             for c in curves:
                 self.plots[key].removeItem(c)
@@ -191,7 +198,7 @@ class TimelineView(QWidget):
             end = pg.ScatterPlotItem(size=14, symbol="x", pen=pg.mkPen(colour, width=2), brush=colour)
             self.plots["loss"].addItem(end)
             self.ends.append(end)
-        for i, run in enumerate(info.runs[1:], start=1):
+        for i in range(1, len(info.runs)):
             curve = pg.PlotDataItem(
                 pen=pg.mkPen(QColor(run_color(i)), width=2, style=run_dash(i)), connect="finite"
             )
@@ -213,11 +220,10 @@ class TimelineView(QWidget):
         if self.info is None:
             return
         runs = "   ".join(
-            f"<span style='color:{run_color(i)}'>{run_glyph(i)} {r.name}</span>" for i, r in enumerate(self.info.runs)
+            f"<span style='color:{run_color(i)}'>{run_glyph(i)} {r.name}</span>"
+            for i, r in enumerate(self.info.runs)
         )
-        ops = "  ".join(
-            f"<span style='color:{OP_COLORS[op]}'>■</span> {OP_LETTERS[op]} {op}" for op in OPS
-        )
+        ops = "  ".join(f"<span style='color:{OP_COLORS[op]}'>■</span> {OP_LETTERS[op]} {op}" for op in OPS)
         dist = ""
         if len(self.info.runs) > 1:
             dist = f"   distance: ‖θ − θ<sub>{self.info.runs[0].name}</sub>‖"
@@ -233,11 +239,20 @@ class TimelineView(QWidget):
         for c in self.cursors:
             c.setValue(moment.tick + 0.5 if moment.tick >= 0 else -0.5)
         total = sum(len(rt) for rt in tape.runs.values())
-        if total != self._drawn_len:
+        now = time.perf_counter()
+        # During Play the curves follow at a few frames a second; the cursor moves every frame.
+        due = not moment.playing or now - self._drawn_at >= PLAY_CURVE_INTERVAL
+        if total != self._drawn_len and due:
             self._drawn_len = total
+            self._drawn_at = now
             self._draw_curves(moment)
-        span = max(tape.last_tick + 2, info.ticks_per_iteration * 4)
-        self.plots["loss"].setXRange(-0.5, span, padding=0.01)
+        # The x range grows in steps of a quarter, so the axes are not re-laid out on every op.
+        span = float(info.ticks_per_iteration * 4)
+        while span < tape.last_tick + 2:
+            span *= 1.25
+        if span != self._span:
+            self._span = span
+            self.plots["loss"].setXRange(-0.5, span, padding=0.01)
 
     def _draw_curves(self, moment: Moment) -> None:
         info = self.info
@@ -273,16 +288,26 @@ class TimelineView(QWidget):
         tape = moment.tape
         n = max(tape.last_tick + 1, 1)
         rgba = np.zeros((n, len(info.runs), 4), dtype=np.ubyte)
-        colours = {op: QColor(c) for op, c in OP_COLORS.items()}
+        lut = np.array(
+            [
+                (
+                    QColor(OP_COLORS[op]).red(),
+                    QColor(OP_COLORS[op]).green(),
+                    QColor(OP_COLORS[op]).blue(),
+                    255,
+                )
+                for op in OPS
+            ],
+            dtype=np.ubyte,
+        )
+        code = {op: i for i, op in enumerate(OPS)}
         for r, run in enumerate(info.runs):
             rt = tape.runs[run.name]
             if not len(rt):
                 continue
             ticks = np.asarray(rt.ticks)
-            for op in OPS:
-                mask = np.fromiter((o == op for o in rt.ops), dtype=bool, count=len(rt))
-                c = colours[op]
-                # Row 0 is drawn at the top: the first run heads the tape as in the legend.
-                rgba[ticks[mask], len(info.runs) - 1 - r] = (c.red(), c.green(), c.blue(), 255)
+            ops = np.fromiter((code[o] for o in rt.ops), dtype=np.intp, count=len(rt))
+            # Row 0 is drawn at the top: the first run heads the tape as in the legend.
+            rgba[ticks, len(info.runs) - 1 - r] = lut[ops]
         self.tape_image.setImage(rgba, levels=(0, 255), autoLevels=False)
         self.tape_image.setRect(0, 0, n, len(info.runs))

@@ -6,13 +6,13 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
 
-def settle(qtbot, window) -> None:  # noqa: ANN001 - pytest-qt's qtbot, a MainWindow
+def settle(qtbot, window) -> None:
     """Wait until no op is in flight and the last change has been drawn."""
     qtbot.waitUntil(lambda: not window.controller.busy, timeout=30000)
     window.redraw()
 
 
-def press(qtbot, window, key: Qt.Key, times: int = 1, modifier=Qt.KeyboardModifier.NoModifier) -> None:  # noqa: ANN001
+def press(qtbot, window, key: Qt.Key, times: int = 1, modifier=Qt.KeyboardModifier.NoModifier) -> None:
     """Press ``key`` ``times`` times, waiting for each op like a patient user."""
     for _ in range(times):
         qtbot.keyClick(window, key, modifier)
@@ -25,6 +25,8 @@ def colour_near(pixel: QColor, hex_colour: str, tolerance: int = 40) -> bool:
     return all(
         abs(a - b) <= tolerance
         for a, b in zip(
-            (pixel.red(), pixel.green(), pixel.blue()), (target.red(), target.green(), target.blue()), strict=True
+            (pixel.red(), pixel.green(), pixel.blue()),
+            (target.red(), target.green(), target.blue()),
+            strict=True,
         )
     )

@@ -1,0 +1,594 @@
+"""Frames for animated exports: the window's own views, offscreen, in one frame with a caption.
+
+A :class:`FrameRenderer` owns a lab stepped synchronously (the same controller
+and worker classes as the window, inline instead of on a thread) and an
+:class:`ExportFrame` holding fresh instances of the chosen views. Every frame
+draws one moment of the tape with those views, so an export looks exactly
+like the window at that moment.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from PySide6.QtCore import QEvent, QMessageLogContext, QRect, Qt, QtMsgType, qInstallMessageHandler
+from PySide6.QtGui import QFontMetrics, QImage
+from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from gradviz.export.base import FrameWriter, Progress
+from gradviz.export.palette import RGB, hex_rgb
+from gradviz.export.plan import VIEWS, FramePlan, plan_frames
+from gradviz.gui.narration import narrate
+from gradviz.gui.tape import LabInfo, Moment
+from gradviz.gui.theme import (
+    BASE_POINT_SIZE,
+    OP_COLORS,
+    PRESENTATION_POINT_SIZE,
+    RUN_COLORS,
+    Theme,
+    palette,
+    style_sheet,
+    theme_named,
+)
+from gradviz.gui.views.code import CodeView
+from gradviz.gui.views.grads import GradsView
+from gradviz.gui.views.surface import SurfaceView
+from gradviz.gui.views.timeline import TimelineView
+
+if TYPE_CHECKING:
+    from gradviz.engine.scenario import Scenario
+    from gradviz.gui.controller import Controller
+
+# Smallest size at which each view stays readable at the normal type size (pixels); below
+# these the surface's legends cover its plot, the timeline's rows collide, the table loses columns.
+MIN_VIEW_SIZE = {"surface": (360, 260), "grads": (300, 120), "code": (260, 170), "timeline": (320, 200)}
+# Presentation type is 1.6 times larger, but plots need not grow with it.
+PRESENTATION_MIN_SCALE = 1.3
+CAPTION_LINES = 2
+MIN_CAPTION_POINTS = 7.0
+# The window's proportions: code and .grad on the left, surface and timeline on the right.
+COLUMNS = (("code", "grads"), ("surface", "timeline"))
+COLUMN_STRETCH = (5, 6)
+ROW_STRETCH = {"code": 3, "grads": 2, "surface": 3, "timeline": 2}
+
+
+@dataclass(frozen=True)
+class FrameStyle:
+    """How export frames look.
+
+    Attributes
+    ----------
+    size:
+        Width and height of a frame in pixels.
+    views:
+        Which views to show, from ``surface``, ``grads``, ``code``, ``timeline``.
+    caption:
+        Show the narration sentence (and the op counter) above the views.
+    presentation:
+        Large type, as in the window's presentation mode.
+    theme:
+        ``"light"`` or ``"dark"``.
+    """
+
+    size: tuple[int, int] = (640, 480)
+    views: tuple[str, ...] = VIEWS
+    caption: bool = True
+    presentation: bool = False
+    theme: str = "light"
+
+    @property
+    def point_size(self) -> float:
+        return float(PRESENTATION_POINT_SIZE if self.presentation else BASE_POINT_SIZE)
+
+
+def caption_text(moment: Moment) -> str:
+    """The sentence under a frame: the window's narration, without its keyboard hints."""
+    if moment.tick < 0:
+        scenario = moment.info.scenario
+        return f"Before the first op. {scenario.summary or scenario.title}"
+    return narrate(moment)
+
+
+def counter_text(moment: Moment) -> str:
+    """Where the frame is in the loop, as the window's status bar says it."""
+    if moment.tick < 0:
+        return "start"
+    return f"iteration {moment.iteration() + 1} · op {moment.tick + 1}"
+
+
+def frame_colours(theme: Theme) -> list[RGB]:
+    """Colours the views draw flat and a GIF palette should keep exactly."""
+    named = [
+        theme.base,
+        theme.window,
+        theme.text,
+        theme.muted,
+        theme.grid,
+        theme.accent,
+        theme.highlight,
+        theme.none_bg,
+        theme.code_ran,
+        theme.code_next,
+        theme.surface_low,
+        theme.surface_high,
+        theme.contour,
+        theme.diverged,
+        *RUN_COLORS,
+        *OP_COLORS.values(),
+    ]
+    return [hex_rgb(c) for c in named]
+
+
+def rgb_image(frame: np.ndarray) -> QImage:
+    """A ``(height, width, 3)`` uint8 RGB frame as a QImage (a copy, safe to keep)."""
+    h, w, _ = frame.shape
+    data = np.ascontiguousarray(frame)
+    return QImage(data.data, w, h, 3 * w, QImage.Format.Format_RGB888).copy()
+
+
+class ExportFrame(QWidget):
+    """The chosen views laid out as in the window, under a caption, at one fixed size.
+
+    Parameters
+    ----------
+    style:
+        Size, views, caption and type size of the frame.
+    """
+
+    def __init__(self, style: FrameStyle, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.frame_style = style
+        self.theme = theme_named(style.theme)
+        # Styled here rather than through the application, so an export made from a
+        # window in presentation mode (or not) looks the same as one from the command line.
+        self.setStyleSheet(style_sheet(self.theme, style.presentation) + self._caption_rules())
+        self.setPalette(palette(self.theme))
+        self.setAutoFillBackground(True)
+        self.views: dict[str, Any] = {}
+        makers: dict[str, type[Any]] = {
+            "surface": SurfaceView,
+            "grads": GradsView,
+            "code": CodeView,
+            "timeline": TimelineView,
+        }
+        for key in style.views:
+            view = makers[key]()
+            view.set_theme(self.theme)
+            self.views[key] = view
+
+        self.caption = QLabel("")
+        self.caption.setObjectName("exportCaption")
+        self.caption.setWordWrap(True)
+        self.caption.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        self.counter = QLabel("")
+        self.counter.setObjectName("exportCounter")
+        self.counter.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        head = QHBoxLayout()
+        head.setContentsMargins(0, 0, 0, 0)
+        head.addWidget(self.caption, 1)
+        head.addWidget(self.counter)
+        self._caption_points = style.point_size + 2
+
+        body = QHBoxLayout()
+        body.setContentsMargins(0, 0, 0, 0)
+        body.setSpacing(6)
+        # Presentation mode keeps these proportions too: halves would cut the surface's title.
+        for keys, stretch in zip(COLUMNS, COLUMN_STRETCH, strict=True):
+            shown = [k for k in keys if k in self.views]
+            if not shown:
+                continue
+            column = QVBoxLayout()
+            column.setSpacing(6)
+            for key in shown:
+                column.addWidget(self.views[key], ROW_STRETCH[key])
+            body.addLayout(column, stretch)
+
+        self._box = box = QVBoxLayout(self)
+        box.setContentsMargins(6, 4, 6, 4)
+        box.setSpacing(4)
+        box.addLayout(head)
+        box.addLayout(body, 1)
+        self._set_minimums()
+        self.caption.setVisible(style.caption)
+        self.counter.setVisible(style.caption)
+
+    def _caption_rules(self) -> str:
+        t = self.theme
+        return (
+            f"QLabel#exportCaption {{ padding: 4px 8px; border-radius: 4px; background: {t.base};"
+            f" color: {t.text}; border: 1px solid {t.grid}; }}\n"
+            f"QLabel#exportCounter {{ color: {t.muted}; padding-left: 6px; }}\n"
+        )
+
+    def _set_minimums(self) -> None:
+        scale = PRESENTATION_MIN_SCALE if self.frame_style.presentation else 1.0
+        for key, view in self.views.items():
+            w, h = MIN_VIEW_SIZE[key]
+            view.setMinimumSize(int(w * scale), int(h * scale))
+        if self.frame_style.presentation:
+            for view in self.views.values():
+                if hasattr(view, "set_point_size"):
+                    view.set_point_size(self.frame_style.point_size)
+        self._set_caption_points(self._caption_points)
+        fm = QFontMetrics(self.caption.font())
+        # A fixed height for two lines: frames whose sentence is short keep the views in place.
+        self.caption.setFixedHeight(CAPTION_LINES * fm.lineSpacing() + 12)
+
+    def _set_caption_points(self, points: float) -> None:
+        self._caption_points = points
+        self.caption.setStyleSheet(f"font-size: {points:g}pt;")
+        self.counter.setStyleSheet(f"font-size: {self.frame_style.point_size:g}pt;")
+        self.caption.ensurePolished()
+
+    def too_small(self) -> tuple[int, int] | None:
+        """The smallest size that draws every view readably, when the frame's size is below it."""
+        self._box.activate()
+        need = self.minimumSizeHint()
+        w, h = self.frame_style.size
+        if w < need.width() or h < need.height():
+            return max(w, need.width()), max(h, need.height())
+        return None
+
+    def set_lab(self, info: LabInfo) -> None:
+        """Prepare every view for a newly built lab.
+
+        Raises
+        ------
+        UserError
+            When the surface is the only view asked for and this model has none.
+        """
+        from gradviz.engine.errors import UserError
+
+        if info.surface is None and "surface" in self.views:
+            if len(self.views) == 1:
+                raise UserError(
+                    f"{info.scenario.name} has no loss surface to draw ({info.parameter_count:,} "
+                    "parameters); choose other views, such as grads,code,timeline."
+                )
+            # The window shows a placeholder here; a frame for slides gives the space to the other views.
+            self.views["surface"].hide()
+        for view in self.views.values():
+            view.set_lab(info)
+        if "grads" in self.views:
+            self.views["grads"].fit_columns()
+
+    def draw(self, moment: Moment) -> None:
+        """Draw ``moment`` in every view and set its caption."""
+        # The frame is never shown, so nothing lays it out but this (the caption's fit needs its width).
+        self._box.activate()
+        for view in self.views.values():
+            view.draw(moment)
+        if self.frame_style.caption:
+            self._fit_caption(caption_text(moment))
+            self.counter.setText(counter_text(moment))
+
+    def _fit_caption(self, text: str) -> None:
+        """Show ``text`` in the caption's lines, in smaller type when it would not fit."""
+        points = self.frame_style.point_size + 2
+        self.caption.setText(text)
+        width = max(self.caption.contentsRect().width() - 16, 50)
+        height = self.caption.contentsRect().height() - 8
+        font = self.caption.font()
+        while points > MIN_CAPTION_POINTS:
+            font.setPointSizeF(points)
+            needed = QFontMetrics(font).boundingRect(
+                QRect(0, 0, width, 10_000), Qt.TextFlag.TextWordWrap, text
+            )
+            if needed.height() <= height:
+                break
+            points -= 0.5
+        if points != self._caption_points:
+            self._set_caption_points(points)
+
+    def render_rgb(self) -> np.ndarray:
+        """The frame as a ``(height, width, 3)`` uint8 RGB array at exactly the style's size."""
+        w, h = self.frame_style.size
+        # The frame is never shown: showing it would paint it once more per frame for nobody.
+        self._box.activate()
+        # Rendering into an image of device pixel ratio 1 gives the requested size even
+        # when the app runs on a high-DPI screen (grab() would double it).
+        image = QImage(w, h, QImage.Format.Format_RGB32)
+        image.setDevicePixelRatio(1.0)
+        image.fill(0)
+        self.render(image)
+        rgb = image.convertToFormat(QImage.Format.Format_RGB888)
+        stride = rgb.bytesPerLine()
+        data = np.frombuffer(rgb.constBits(), dtype=np.uint8, count=stride * h)
+        return data.reshape(h, stride)[:, : w * 3].reshape(h, w, 3).copy()
+
+
+class FrameRenderer:
+    """Steps a scenario's lab synchronously and renders the frames of a plan.
+
+    Parameters
+    ----------
+    scenario:
+        A built-in name, a scenario file, or a :class:`~gradviz.engine.scenario.Scenario`.
+    style:
+        How the frames look.
+
+    Raises
+    ------
+    UserError
+        When the scenario cannot be built or the size is too small for the views.
+    """
+
+    def __init__(self, scenario: str | Scenario, style: FrameStyle) -> None:
+        from gradviz.engine.errors import UserError
+        from gradviz.gui.controller import Controller
+
+        self.app = QApplication.instance()
+        if not isinstance(self.app, QApplication):
+            raise RuntimeError("FrameRenderer needs a QApplication; use gradviz.gui.render.application()")
+        self.style = style
+        self.frame = ExportFrame(style)
+        small = self.frame.too_small()
+        if small is not None:
+            self.close()
+            w, h = style.size
+            views = ", ".join(style.views)
+            raise UserError(
+                f"{w}x{h} is too small to draw {views}{' with a caption' if style.caption else ''} "
+                f"readably: it needs at least {small[0]}x{small[1]}; choose a larger size or fewer views."
+            )
+        self.frame.resize(*style.size)
+        errors: list[str] = []
+        self.controller: Controller = Controller(threaded=False)
+        self.controller.failed.connect(errors.append)
+        self.controller.open(scenario)
+        if self.controller.info is None:
+            self.close()
+            raise UserError(errors[-1] if errors else f"The scenario {scenario!r} could not be opened.")
+        self.info: LabInfo = self.controller.info
+        try:
+            self.frame.set_lab(self.info)
+        except UserError:
+            self.close()
+            raise
+
+    @property
+    def ticks_per_iteration(self) -> int:
+        return self.info.ticks_per_iteration
+
+    def step_to(self, tick: int) -> bool:
+        """Perform ops until the moment after ``tick``; False when every run stopped before it."""
+        c = self.controller
+        while c.cursor < tick:
+            if not c.next_op():
+                return False
+        return True
+
+    def render(self) -> np.ndarray:
+        """The current moment as an RGB frame."""
+        moment = self.controller.moment()
+        assert moment is not None
+        self.frame.draw(moment)
+        return self.frame.render_rgb()
+
+    def frames(self, plan: FramePlan) -> Iterator[np.ndarray]:
+        """Step and render every frame of ``plan``; stops early when every run has stopped."""
+        shown = None
+        for tick in plan.ticks():
+            if not self.step_to(tick):
+                # Every run diverged or failed before this frame: end on the moment it happened.
+                if self.controller.cursor != shown and self.controller.cursor > plan.tick_of(plan.first):
+                    yield self.render()
+                return
+            shown = tick
+            yield self.render()
+
+    def close(self) -> None:
+        """Release the frame's widgets and the lab."""
+        if hasattr(self, "controller"):
+            self.controller.shutdown()
+        self.frame.close()
+        self.frame.deleteLater()
+        # Delete the views now rather than at the next turn of an event loop the command line
+        # never runs; unlike processEvents this cannot re-enter a window's own handlers.
+        QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+    def __enter__(self) -> FrameRenderer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def offscreen_application(style: FrameStyle) -> QApplication:
+    """The running QApplication, or a new offscreen one themed like the window for ``style``."""
+    from gradviz.gui.render import application
+    from gradviz.gui.theme import apply_theme
+
+    existing = QApplication.instance()
+    app = application(offscreen=True)
+    if existing is None:
+        apply_theme(app, theme_named(style.theme), style.presentation)
+        qInstallMessageHandler(_quiet_offscreen)
+    return app
+
+
+def _quiet_offscreen(kind: QtMsgType, context: QMessageLogContext, message: str) -> None:
+    # The offscreen platform warns that it cannot resize windows it never shows; a command
+    # whose stderr is piped should stay quiet about that, and only that.
+    if "propagateSizeHints" not in message:
+        sys.stderr.write(message + "\n")
+
+
+@dataclass(frozen=True)
+class ExportRange:
+    """Which frames to export, as the command line's options give them (see :func:`plan_frames`)."""
+
+    per_frame: str = "op"
+    first: int | None = None
+    last: int | None = None
+    ops: int | None = None
+    iterations: int | None = None
+
+
+class ExportJob:
+    """One export, driven a frame at a time so a window can show progress and offer Cancel.
+
+    Use :meth:`render_next` until it returns False, then :meth:`finish`; or
+    :meth:`cancel` at any point. Nothing appears at ``output`` before
+    :meth:`finish` returns, and a previous file there stays intact until then.
+
+    Parameters
+    ----------
+    scenario:
+        A built-in name, a scenario file, or a Scenario (the window passes its edited one).
+    output:
+        ``*.gif``, ``*.mp4``, ``*.webm`` or a folder for numbered PNGs.
+    style:
+        How the frames look.
+    fps:
+        Frames per second.
+    frames:
+        Which ops or iterations become frames.
+
+    Raises
+    ------
+    UserError
+        For an output that cannot be written, a frame rate a GIF cannot play, a
+        scenario that cannot be built, a size too small for the views, or a bad range.
+    """
+
+    def __init__(
+        self,
+        scenario: str | Scenario,
+        output: str | Path,
+        *,
+        style: FrameStyle,
+        fps: float,
+        frames: ExportRange = ExportRange(),
+    ) -> None:
+        from gradviz.engine.errors import UserError
+        from gradviz.export import MAX_GIF_FPS, check_output, open_writer
+
+        self.output = check_output(output)
+        if not 0 < fps <= 60:
+            raise UserError(f"--fps must be more than 0 and at most 60, not {fps:g}.")
+        if self.output.kind == "gif" and fps > MAX_GIF_FPS:
+            raise UserError(
+                f"GIFs play at most {MAX_GIF_FPS:g} frames per second (browsers slow faster ones down); "
+                f"use --fps {MAX_GIF_FPS:g} or less, or an .mp4."
+            )
+        self.style = style
+        self.fps = fps
+        offscreen_application(style)
+        self.renderer = FrameRenderer(scenario, style)
+        try:
+            self.plan = plan_frames(
+                self.renderer.ticks_per_iteration,
+                per_frame=frames.per_frame,
+                first=frames.first,
+                last=frames.last,
+                ops=frames.ops,
+                iterations=frames.iterations,
+                default_iterations=self.renderer.info.scenario.iterations,
+            )
+            self.writer: FrameWriter = open_writer(
+                self.output,
+                style.size,
+                fps,
+                fixed_colours=frame_colours(theme_named(style.theme)),
+                expected=len(self.plan),
+            )
+        except BaseException:
+            self.renderer.close()
+            raise
+        self._frames = self.renderer.frames(self.plan)
+        self.first_frame: np.ndarray | None = None
+        self.done = 0
+        self.closed = False
+
+    @property
+    def total(self) -> int:
+        """Frames planned (fewer are written when every run stops early)."""
+        return len(self.plan)
+
+    def render_next(self) -> bool:
+        """Render and add the next frame; False when there are no more."""
+        frame = next(self._frames, None)
+        if frame is None:
+            return False
+        self.writer.add(frame)
+        if self.done == 0:
+            self.first_frame = frame
+        self.done += 1
+        return True
+
+    def preview(self) -> QImage | None:
+        """The export's first frame (rendered now if it was not yet); None when there is none."""
+        if self.done == 0:
+            self.render_next()
+        return None if self.first_frame is None else rgb_image(self.first_frame)
+
+    def finish(self, progress: Progress | None = None) -> Path:
+        """Encode what was rendered and put the output in place; ``progress`` may raise to cancel."""
+        from gradviz.engine.errors import UserError
+
+        try:
+            while self.render_next():
+                pass
+            if self.done == 0:
+                last = self.renderer.controller.cursor + 1
+                raise UserError(
+                    f"Every run stopped (diverged or failed) at op {last}, before the first frame; "
+                    "choose an earlier --from."
+                )
+            return self.writer.commit(progress)
+        except BaseException:
+            self.cancel()
+            raise
+        finally:
+            self.close()
+
+    def cancel(self) -> None:
+        """Stop: drop every frame and temporary file; the output path stays as it was."""
+        self.writer.abort()
+        self.close()
+
+    def close(self) -> None:
+        """Release the renderer (the written output, if any, stays)."""
+        if not self.closed:
+            self.closed = True
+            self.renderer.close()
+
+
+def export_animation(
+    scenario: str | Scenario,
+    output: str | Path,
+    *,
+    style: FrameStyle,
+    fps: float,
+    frames: ExportRange = ExportRange(),
+    progress: Callable[[str, int, int], None] | None = None,
+) -> tuple[Path, int]:
+    """Export an animation in one call (the command line's path).
+
+    Parameters
+    ----------
+    progress:
+        Called as ``progress(phase, done, total)`` with phase ``"render"`` per frame and
+        ``"encode"`` while a GIF is encoded; it may raise (say ExportCancelled) to stop.
+
+    Returns
+    -------
+    (path, frames)
+        What was written and how many frames it holds.
+    """
+    job = ExportJob(scenario, output, style=style, fps=fps, frames=frames)
+    try:
+        while job.render_next():
+            if progress is not None:
+                progress("render", job.done, job.total)
+        encode = None if progress is None else (lambda done, total: progress("encode", done, total))
+        return job.finish(encode), job.done
+    except BaseException:
+        job.cancel()
+        raise

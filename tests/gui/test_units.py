@@ -1,0 +1,100 @@
+"""Qt-free parts of the GUI: number formatting, edits of scenarios, narration, the tape."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gradviz.engine import Lab, load_scenario
+from gradviz.gui import edits, fmt
+from gradviz.gui.narration import narrate
+from gradviz.gui.tape import Entry, LabInfo, Moment, RunInfo, StepResult, Tape
+from gradviz.gui.worker import validated
+
+
+def test_numbers_never_show_none_as_zero() -> None:
+    assert fmt.number(None) == "None"
+    assert fmt.array(None) == "None"
+    assert fmt.number(0.0) == "0"
+    assert fmt.number(math.inf) == "inf" and fmt.number(-math.inf) == "-inf" and fmt.number(math.nan) == "nan"
+    assert fmt.number(1e30) == "1e30"
+    assert fmt.signed(0.25) == "+0.25"
+    assert fmt.array(np.zeros(100)).startswith("100 values")
+
+
+def test_edits_round_trip_through_validation() -> None:
+    sc = load_scenario("forgot-zero-grad")
+    on = validated(edits.set_zero_grad(sc, "yours", True))
+    assert on.runs[0].loop.order == ("zero_grad", "forward", "backward", "step")
+    off = validated(edits.set_zero_grad(on, "yours", False))
+    assert off.runs[0].loop.order == ("forward", "backward", "step")
+    manual = load_scenario("manual-sgd")
+    back = edits.set_zero_grad(
+        edits.set_zero_grad(manual, "yours", False), "yours", True, edits.restore_orders(manual)["yours"]
+    )
+    assert back.runs[0].loop.order == manual.runs[0].loop.order
+    adam = validated(edits.set_optimizer(load_scenario("set-to-none"), kind="Adam"))
+    assert all(r.optimizer.kind == "Adam" and not r.optimizer.options for r in adam.runs)
+
+
+def _lab_moment(name: str, ticks: int) -> Moment:
+    lab = Lab(load_scenario(name))
+    runs = tuple(
+        RunInfo(r.name, r.spec.note, r.program.source, r.program.ops, r.layout.names, r.layout.shapes, r.spec)
+        for r in lab.runs
+    )
+    info = LabInfo(
+        scenario=lab.scenario,
+        runs=runs,
+        ticks_per_iteration=lab.ticks_per_iteration,
+        schedule=tuple(tuple(row) for row in lab.schedule),
+        device="cpu",
+        devices={"cpu": None},
+        surface=None,
+        full_records=True,
+        initial={r.name: lab.initial(r.name) for r in lab.runs},
+        parameter_count=2,
+    )
+    tape = Tape(info)
+    for _ in range(ticks):
+        lab.step()
+    entries = {}
+    for r in lab.runs:
+        h = lab.history[r.name]
+        entries[r.name] = tuple(
+            Entry(h.ticks[i], h.records[i].op, h.records[i].line, h.loss[i], h.grad_norm[i], h.param_norm[i],
+                  "running", h.records[i])
+            for i in range(len(h))
+        )  # fmt: skip
+    tape.extend(StepResult(entries, (), {}, -2, {}, False))
+    return Moment(info, tape, tape.last_tick)
+
+
+def test_narration_says_gradients_pile_up_without_zero_grad() -> None:
+    moment = _lab_moment("forgot-zero-grad", 4 + 3)  # one iteration, then forward and backward again
+    text = narrate(moment)
+    assert text.startswith("yours: backward() added")
+    assert "holds the sum of 2 backward calls because zero_grad was skipped" in text
+
+
+def test_narration_of_the_two_batch_example_uses_pytorchs_numbers() -> None:
+    moment = _lab_moment("two-batch-accumulation", 3)  # zero_grad, forward [4], backward
+    assert "backward() added -16 to weight.grad, which was None" in narrate(moment)
+    moment = _lab_moment("two-batch-accumulation", 5)  # and forward [2], backward
+    assert "added -4 to weight.grad" in narrate(moment)
+    assert "by design: the micro-batches of one step accumulate" in narrate(moment)
+    moment = _lab_moment("two-batch-accumulation", 6)
+    assert "optimizer.step() moved weight by +0.2" in narrate(moment)
+
+
+def test_tape_lookups_by_tick() -> None:
+    moment = _lab_moment("forgot-zero-grad", 8)
+    tape = moment.tape
+    assert tape.op_ticks == list(range(8))
+    assert tape.runs["yours"].index_at(0) == -1, "yours has no op at tick 0 (it skips zero_grad)"
+    assert tape.snap(3.7) == 3 and tape.snap(-0.2) == -1
+    assert tape.prev_op_tick(0) == -1 and tape.next_op_tick(7) is None
+    assert Moment(moment.info, tape, 2).last_backward("yours").op == "backward"
+    tape.clear()
+    assert tape.last_tick == -1
