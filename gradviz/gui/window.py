@@ -245,6 +245,9 @@ class MainWindow(QMainWindow):
         keys = QAction("Keyboard shortcuts", self)
         keys.triggered.connect(self.show_shortcuts)
         h.addAction(keys)
+        about = QAction("&About gradviz", self)
+        about.triggered.connect(self.show_about)
+        h.addAction(about)
         group = QActionGroup(self)
         group.setExclusive(False)
 
@@ -385,6 +388,11 @@ class MainWindow(QMainWindow):
             "Ctrl+T: dark theme\nClick or drag the timeline to scrub history."
         )
         QMessageBox.information(self, "Keyboard shortcuts", text)
+
+    def show_about(self) -> None:
+        from gradviz.gui.about import AboutDialog
+
+        AboutDialog(self).exec()
 
     # -------------------------------------------------------------- moving
     def _scrub(self, x: float) -> None:

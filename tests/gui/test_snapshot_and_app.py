@@ -72,3 +72,20 @@ def test_the_window_shows_before_torch_is_imported() -> None:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME="/tmp/gradviz-test-config")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_about_dialog_shows_the_version_and_the_app_knows_its_desktop_file(qtbot) -> None:
+    from PySide6.QtWidgets import QApplication
+
+    import gradviz
+    from gradviz.gui.about import AboutDialog
+    from gradviz.gui.render import application
+
+    application()
+    dialog = AboutDialog()
+    qtbot.addWidget(dialog)
+    assert dialog.ui.versionLabel.text() == f"Version {gradviz.__version__}"
+    assert not dialog.ui.iconLabel.pixmap().isNull()
+    app = QApplication.instance()
+    assert app.desktopFileName() == "io.github.gradviz.Gradviz"
+    assert not app.windowIcon().isNull()
