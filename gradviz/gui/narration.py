@@ -29,22 +29,31 @@ def _amount(value: np.ndarray | None) -> str:
     return f"a gradient of norm {fmt.number(float(np.linalg.norm(flat)), 3)}"
 
 
+def _statement(rec: Any, moment: Moment) -> str:
+    """The source line that ``rec``'s op ran, as the code panel shows it."""
+    source = moment.info.runs[moment.info.run_index(rec.run)].source.splitlines()
+    return source[rec.line - 1].strip() if 0 < rec.line <= len(source) else rec.op
+
+
 def _zero_grad_sentence(rec: Any, moment: Moment) -> str:
-    spec = moment.info.runs[moment.info.run_index(rec.run)].spec
-    loop = spec.loop
-    owner = {"optimizer": "optimizer.zero_grad()", "model": "model.zero_grad()"}.get(
-        loop.zero_grad, "the loop"
-    )
-    grads = rec.grads
-    kept = [n for n, g in grads.items() if g is not None and np.any(np.asarray(g) != 0)]
+    loop = moment.info.runs[moment.info.run_index(rec.run)].spec.loop
+    call = _statement(rec, moment)
+    kept = [n for n, g in rec.grads.items() if g is not None and np.any(np.asarray(g) != 0)]
     if kept:
+        names = ", ".join(n + ".grad" for n in kept)
+        if rec.phase:
+            # Two models, two optimizers: the other model's gradients are its own optimizer's to clear.
+            return (
+                f"{call} cleared its own model's gradients; {names} belong to the other model "
+                "and are left as they are."
+            )
         return (
-            f"{owner} cleared the model's gradients but not {', '.join(n + '.grad' for n in kept)}, "
-            "which it does not own, so that gradient keeps piling up."
+            f"{call} cleared what it holds but not {names}: nothing in this loop clears "
+            f"{'it' if len(kept) == 1 else 'them'}, so that gradient keeps piling up."
         )
     if loop.set_to_none:
-        return f"{owner} set every .grad to None: no gradient tensors exist until the next backward()."
-    return f"{owner} filled every .grad with zeros (set_to_none=False): the tensors stay allocated."
+        return f"{call} set .grad to None: no gradient tensor exists until the next backward()."
+    return f"{call} filled .grad with zeros (set_to_none=False): the tensors stay allocated."
 
 
 def _forward_sentence(rec: Any, moment: Moment) -> str:
@@ -101,7 +110,7 @@ def _step_sentence(rec: Any, moment: Moment) -> str:
         if np.any(delta != 0) or not np.all(np.isfinite(delta)):
             moved.append((name, delta))
     spec = moment.info.runs[moment.info.run_index(rec.run)].spec
-    call = "the manual update" if spec.optimizer.kind == "manual" else "optimizer.step()"
+    call = "the manual update" if spec.optimizer.kind == "manual" else _statement(rec, moment)
     if not moved:
         return f"{call} left every parameter where it was (no .grad, or nothing to step on)."
     name, delta = moved[0]

@@ -98,3 +98,14 @@ def test_tape_lookups_by_tick() -> None:
     assert Moment(moment.info, tape, 2).last_backward("yours").op == "backward"
     tape.clear()
     assert tape.last_tick == -1
+
+
+def test_zero_grad_narration_names_the_call_that_ran_and_claims_only_what_is_true() -> None:
+    # GAN, tick 4: opt_g.zero_grad() while D's .grad still holds loss_d's gradient.
+    gan = narrate(_lab_moment("gan-detach", 5))
+    assert gan.startswith("no-detach: opt_g.zero_grad() cleared its own model's gradients")
+    assert "piling up" not in gan
+    # model.zero_grad() never clears the parameter held outside the model: it does pile up.
+    text = narrate(_lab_moment("net-vs-optimizer-zero-grad", 5))
+    assert text.startswith("model: model.zero_grad() cleared what it holds but not offset.grad")
+    assert "keeps piling up" in text

@@ -20,7 +20,7 @@ def test_keys_step_iterate_go_back_and_reset(open_window, qtbot) -> None:
     assert "Ready" in w.narration.text()
     press(qtbot, w, RIGHT)
     assert c.cursor == 0
-    assert "zero_grad() set every .grad to None" in w.narration.text()
+    assert "optimizer.zero_grad() set .grad to None" in w.narration.text()
     press(qtbot, w, RIGHT, 2)
     assert c.cursor == 2
     assert "backward() added" in w.narration.text()
@@ -63,7 +63,7 @@ def test_grad_cell_reads_none_after_zero_grad_with_set_to_none(open_window, qtbo
     assert none_cell.data(Qt.ItemDataRole.UserRole) == "none"
     assert zeros_cell.text() == "0"
     assert zeros_cell.data(Qt.ItemDataRole.UserRole) == "array"
-    assert "set every .grad to None" in w.narration.text()
+    assert "zero_grad() set .grad to None" in w.narration.text()
 
 
 def test_offset_grad_stays_none_when_unused(open_window, qtbot) -> None:

@@ -52,6 +52,21 @@ class LogAxis(pg.AxisItem):
         return out
 
 
+class SparseAxis(pg.AxisItem):
+    """A linear axis with only as many labels as a short row has room for (one per 28 px)."""
+
+    def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:
+        if not (np.isfinite(minVal) and np.isfinite(maxVal)) or maxVal <= minVal:
+            return []
+        rows = max(int(size // 28), 1)
+        raw = (maxVal - minVal) / rows
+        magnitude = 10.0 ** np.floor(np.log10(raw))
+        step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+        first = np.ceil(minVal / step) * step
+        values = [float(v) + 0.0 for v in np.arange(first, maxVal + step * 1e-9, step)]  # no "-0"
+        return [(float(step), values)]
+
+
 class ScrubViewBox(pg.ViewBox):
     """A view box whose left-button clicks and drags report the x under the mouse."""
 
@@ -112,7 +127,7 @@ class TimelineView(QWidget):
             label = self.graphics.addLabel(labels[key], row=row, col=0, justify="right")
             label.setFixedWidth(LABEL_WIDTH)
             self.row_labels[key] = label
-            axes = {"left": LogAxis("left")} if key in ("loss", "grad") else {}
+            axes = {"left": LogAxis("left") if key in ("loss", "grad") else SparseAxis("left")}
             plot = self.graphics.addPlot(
                 row=row, col=1, viewBox=ScrubViewBox(self.scrubbed.emit), axisItems=axes
             )
