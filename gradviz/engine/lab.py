@@ -237,5 +237,5 @@ def parameter_count(lab: Lab) -> int:
 
 
 def set_threads(n: int = 1) -> None:
-    """Training steps of small models run fastest on one intra-op thread (see DESIGN.md)."""
+    """Set intra-op threads: training steps of small models run fastest on one (more only contend)."""
     torch.set_num_threads(n)

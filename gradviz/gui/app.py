@@ -24,7 +24,7 @@ def has_display() -> bool:
 
 
 def tune_malloc() -> None:
-    """Keep glibc from returning and re-faulting freed buffers on every op (see DESIGN.md)."""
+    """Keep glibc from returning freed buffers to the OS and faulting them back on every op."""
     if not sys.platform.startswith("linux"):
         return
     try:
