@@ -1,4 +1,4 @@
-"""The ``gradviz`` command: open the app, list and check scenarios, trace runs headless.
+"""The ``gradviz`` command: open the app, list and check scenarios, trace runs headless, export animations.
 
 Exit status: 0 on success, 2 when the user's input is wrong (one sentence on
 stderr), 1 on an internal error.
@@ -73,6 +73,45 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ops", type=int, default=12, help="ticks to step before the picture (default 12)")
     s.add_argument("--size", type=_size, default=(1280, 720), help="WIDTHxHEIGHT (default 1280x720)")
     s.add_argument("--presentation", action="store_true", help="presentation mode: large type, no chrome")
+
+    e = sub.add_parser("export", help="export an animation: GIF, MP4/WebM (with ffmpeg) or PNG frames")
+    e.add_argument("scenario", help="built-in name or TOML file")
+    e.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT",
+        help="OUT.gif, .mp4, .webm, or a folder for PNG frames",
+    )
+    length = e.add_mutually_exclusive_group()
+    length.add_argument(
+        "--iterations", type=_positive_int, metavar="N", help="iterations to run (default: scenario's)"
+    )
+    length.add_argument(
+        "--ops", type=_positive_int, metavar="N", help="ops to run instead of whole iterations"
+    )
+    e.add_argument(
+        "--from", dest="first", type=int, metavar="I", help="first op or iteration shown (1; 0: the start)"
+    )
+    e.add_argument(
+        "--to", dest="last", type=int, metavar="J", help="last op or iteration shown (default: the end)"
+    )
+    e.add_argument("--per-frame", choices=("op", "iteration"), default="op", help="a frame per op (default)")
+    e.add_argument(
+        "--fps", type=float, default=4.0, metavar="F", help="frames per second (default 4; GIF at most 50)"
+    )
+    e.add_argument(
+        "--size", type=_size, metavar="WxH", help="WIDTHxHEIGHT (default 1280x720; 640x480 for one view)"
+    )
+    e.add_argument(
+        "--views",
+        metavar="LIST",
+        help="comma-separated (default: all; with --presentation: code,surface,grads)",
+    )
+    e.add_argument("--caption", choices=("narration", "none"), default="narration", help="sentence per frame")
+    e.add_argument("--presentation", action="store_true", help="large type, as in presentation mode")
+    e.add_argument("--device", help="cpu, cuda, mps or auto (default: the scenario's)")
+    e.add_argument("--lr", type=float, help="learning rate for every optimizer")
     return p
 
 
@@ -216,12 +255,34 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from gradviz.engine.scenario import load_scenario
+    from gradviz.export import check_output
+    from gradviz.export.plan import parse_views
+    from gradviz.export.progress import ProgressBar
+    from gradviz.gui.export_frames import ExportRange, FrameStyle, export_animation
+
+    check_output(args.output)  # before building the lab: a typo in the path should fail at once
+    # Presentation mode shows the window's presentation views unless told otherwise.
+    default = "code,surface,grads" if args.presentation else "surface,grads,code,timeline"
+    views = parse_views(args.views or default)
+    size = args.size or ((640, 480) if len(views) == 1 else (1280, 720))
+    style = FrameStyle(size, views, caption=args.caption == "narration", presentation=args.presentation)
+    frames = ExportRange(args.per_frame, args.first, args.last, args.ops, args.iterations)
+    scenario = load_scenario(args.scenario).with_overrides(lr=args.lr, device=args.device)
+    with ProgressBar(sys.stderr) as bar:
+        out = export_animation(scenario, args.output, style=style, fps=args.fps, frames=frames, progress=bar)
+    print(out[0])
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": cmd_list,
     "check": cmd_check,
     "trace": cmd_trace,
     "open": cmd_open,
     "snapshot": cmd_snapshot,
+    "export": cmd_export,
 }
 
 

@@ -9,14 +9,13 @@ like the window at that moment.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from PySide6.QtCore import QEvent, QMessageLogContext, QRect, Qt, QtMsgType, qInstallMessageHandler
+from PySide6.QtCore import QEvent, QRect, Qt
 from PySide6.QtGui import QFontMetrics, QImage
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
@@ -94,11 +93,11 @@ def caption_text(moment: Moment) -> str:
     return narrate(moment)
 
 
-def counter_text(moment: Moment) -> str:
-    """Where the frame is in the loop, as the window's status bar says it."""
-    if moment.tick < 0:
+def counter_text(tick: int, ticks_per_iteration: int) -> str:
+    """Where the frame after ``tick`` is in the loop, as the window's status bar says it."""
+    if tick < 0:
         return "start"
-    return f"iteration {moment.iteration() + 1} · op {moment.tick + 1}"
+    return f"iteration {tick // ticks_per_iteration + 1} · op {tick + 1}"
 
 
 def frame_colours(theme: Theme) -> list[RGB]:
@@ -265,7 +264,13 @@ class ExportFrame(QWidget):
             view.draw(moment)
         if self.frame_style.caption:
             self._fit_caption(caption_text(moment))
-            self.counter.setText(counter_text(moment))
+            self.counter.setText(counter_text(moment.tick, moment.info.ticks_per_iteration))
+
+    def reserve_counter(self, widest: str) -> None:
+        """Fix the counter's width to fit ``widest``, so the caption's box keeps one size in every frame."""
+        self.counter.ensurePolished()  # the style sheet's type size applies from here on
+        fm = QFontMetrics(self.counter.font())
+        self.counter.setFixedWidth(fm.horizontalAdvance(widest) + 12)
 
     def _fit_caption(self, text: str) -> None:
         """Show ``text`` in the caption's lines, in smaller type when it would not fit."""
@@ -372,8 +377,11 @@ class FrameRenderer:
 
     def frames(self, plan: FramePlan) -> Iterator[np.ndarray]:
         """Step and render every frame of ``plan``; stops early when every run has stopped."""
+        ticks = plan.ticks()
+        if ticks:
+            self.frame.reserve_counter(counter_text(ticks[-1], plan.ticks_per_iteration))
         shown = None
-        for tick in plan.ticks():
+        for tick in ticks:
             if not self.step_to(tick):
                 # Every run diverged or failed before this frame: end on the moment it happened.
                 if self.controller.cursor != shown and self.controller.cursor > plan.tick_of(plan.first):
@@ -408,15 +416,7 @@ def offscreen_application(style: FrameStyle) -> QApplication:
     app = application(offscreen=True)
     if existing is None:
         apply_theme(app, theme_named(style.theme), style.presentation)
-        qInstallMessageHandler(_quiet_offscreen)
     return app
-
-
-def _quiet_offscreen(kind: QtMsgType, context: QMessageLogContext, message: str) -> None:
-    # The offscreen platform warns that it cannot resize windows it never shows; a command
-    # whose stderr is piped should stay quiet about that, and only that.
-    if "propagateSizeHints" not in message:
-        sys.stderr.write(message + "\n")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,126 @@
+"""Exports drawn by the window's views: decoded frame by frame and probed for what they show."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from gradviz.engine.errors import UserError
+from gradviz.export import ExportCancelled
+from gradviz.gui.theme import RUN_COLORS
+from tests.export.conftest import SIZE, gif_blocks, gif_durations, gif_frames, leftovers
+
+CAPTION_ROWS = slice(0, 44)
+
+
+def colour_count(frame: np.ndarray, hex_colour: str, rows: slice = slice(None)) -> int:
+    """Pixels of exactly ``hex_colour`` in ``frame[rows]``."""
+    rgb = tuple(int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return int(np.all(frame[rows] == rgb, axis=2).sum())
+
+
+def test_gif_frames_size_loop_timing_and_content(export, tmp_path: Path) -> None:
+    path, count = export(tmp_path / "a.gif", ops=10, fps=10)
+    assert count == 10
+    frames = gif_frames(path)
+    assert len(frames) == 10 and frames[0].shape == (SIZE[1], SIZE[0], 3)
+    with Image.open(path) as im:
+        assert im.info["loop"] == 0
+    assert gif_durations(path) == [100] * 10
+    assert gif_blocks(path) == (True, 0)
+    # The first run's path (its exact colour: one palette keeps it) grows over the steps.
+    body = slice(CAPTION_ROWS.stop, None)
+    assert colour_count(frames[-1], RUN_COLORS[0], body) > colour_count(frames[0], RUN_COLORS[0], body) + 20
+    # Every op has its own caption.
+    for a, b in itertools.pairwise(frames):
+        assert not np.array_equal(a[CAPTION_ROWS], b[CAPTION_ROWS])
+    assert leftovers(tmp_path) == []
+
+
+def test_caption_none_and_per_iteration_frames(export, tmp_path: Path) -> None:
+    with_caption, _ = export(tmp_path / "a.gif", ops=None, iterations=3, per_frame="iteration")
+    without, count = export(tmp_path / "b.gif", ops=None, iterations=3, per_frame="iteration", caption=False)
+    assert count == 3
+    a, b = gif_frames(with_caption), gif_frames(without)
+    assert len(a) == len(b) == 3
+    # Without a caption the top rows are the surface view's title, the same in every frame.
+    assert np.array_equal(b[0][:20], b[-1][:20]) and not np.array_equal(a[0][:20], b[0][:20])
+
+
+def test_the_same_export_is_byte_identical(export, tmp_path: Path) -> None:
+    first, _ = export(tmp_path / "a.gif", ops=5)
+    second, _ = export(tmp_path / "b.gif", ops=5)
+    assert first.read_bytes() == second.read_bytes()
+
+
+@pytest.mark.parametrize("phase", ["render", "encode"])
+def test_cancel_leaves_no_file_and_keeps_the_previous_one(export, tmp_path: Path, phase: str) -> None:
+    def cancel_at_3(now: str, done: int, total: int) -> None:
+        if now == phase and done == 3:
+            raise ExportCancelled
+
+    with pytest.raises(ExportCancelled):
+        export(tmp_path / "new.gif", progress=cancel_at_3)
+    assert not (tmp_path / "new.gif").exists()
+    old = tmp_path / "old.gif"
+    old.write_bytes(b"GIF89a previous export")
+    with pytest.raises(ExportCancelled):
+        export(old, progress=cancel_at_3)
+    assert old.read_bytes() == b"GIF89a previous export"
+    assert leftovers(tmp_path) == []
+
+
+def test_all_four_views_and_a_png_folder(export, tmp_path: Path) -> None:
+    out, count = export(
+        tmp_path / "frames",
+        ops=None,
+        first=0,
+        last=2,
+        views=("surface", "grads", "code", "timeline"),
+        size=(800, 560),
+    )
+    names = sorted(p.name for p in out.iterdir())
+    assert count == 3 and names == ["frame-0001.png", "frame-0002.png", "frame-0003.png"]
+    with Image.open(out / "frame-0003.png") as im:
+        frame = np.asarray(im.convert("RGB"))
+    assert frame.shape == (560, 800, 3)
+    # The timeline's ops tape shows the op colours; the code panel highlights the line that ran.
+    assert colour_count(frame, "#E69F00") > 0 and colour_count(frame, "#ffe1c7") > 100
+
+
+def test_too_small_for_the_views_is_one_sentence(export, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"480x360 is too small to draw .*: it needs at least \d+x\d+"):
+        export(tmp_path / "a.gif", views=("surface", "grads", "code", "timeline"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_that_diverges_ends_the_export_on_its_last_moment(export, tmp_path: Path) -> None:
+    from gradviz.engine.scenario import load_scenario
+
+    scenario = load_scenario("standard-loop").with_overrides(lr=50.0)
+    path, count = export(tmp_path / "a.gif", scenario=scenario, ops=400, caption=True)
+    assert 1 <= count < 400
+    assert len(gif_frames(path)) == count
+
+
+def test_a_model_without_a_surface(export, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="gan-detach has no loss surface to draw"):
+        export(tmp_path / "a.gif", scenario="gan-detach")
+    # Among other views the surface's placeholder gives way to them.
+    path, count = export(
+        tmp_path / "b.gif", scenario="gan-detach", ops=2, views=("surface", "timeline"), size=(480, 560)
+    )
+    assert count == 2 and len(gif_frames(path)) == 2
+
+
+def test_a_range_after_every_run_stopped_is_one_sentence(export, tmp_path: Path) -> None:
+    from gradviz.engine.scenario import load_scenario
+
+    scenario = load_scenario("standard-loop").with_overrides(lr=50.0)
+    with pytest.raises(UserError, match=r"Every run stopped .* before the first frame"):
+        export(tmp_path / "a.gif", scenario=scenario, ops=None, first=5000, last=5001)
+    assert list(tmp_path.iterdir()) == []
