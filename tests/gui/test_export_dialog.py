@@ -1,0 +1,55 @@
+"""Export… from the window: range preset, preview, progress, Cancel, and errors in the dialog."""
+
+from __future__ import annotations
+
+from PIL import Image
+from PySide6.QtCore import Qt
+
+from gradviz.engine import load_builtin
+from gradviz.gui.export_dialog import ExportDialog
+
+
+def _dialog(qtbot, folder, stepped: int = 6) -> ExportDialog:
+    dialog = ExportDialog(load_builtin("forgot-zero-grad"), stepped)
+    qtbot.addWidget(dialog)
+    dialog.path.setText(str(folder / "steps.gif"))
+    dialog.size.setCurrentText("800x600")
+    return dialog
+
+
+def test_the_range_starts_at_what_was_stepped_and_the_gif_has_those_frames(qtbot, tmp_path) -> None:
+    dialog = _dialog(qtbot, tmp_path, stepped=6)
+    assert (dialog.first.value(), dialog.last.value()) == (1, 6)
+    dialog.show_preview()
+    assert not dialog.preview.pixmap().isNull()
+    assert not (tmp_path / "steps.gif").exists()  # a preview writes nothing
+    qtbot.mouseClick(dialog.export_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.written is not None or dialog.last_error is not None, timeout=60000)
+    assert dialog.last_error is None
+    with Image.open(tmp_path / "steps.gif") as gif:
+        assert gif.n_frames == 6 and gif.size == (800, 600)
+    assert "Wrote" in dialog.message.text()
+
+
+def test_cancel_leaves_no_file_and_keeps_the_previous_one(qtbot, tmp_path) -> None:
+    tmp_path = tmp_path / "out"
+    tmp_path.mkdir()
+    (tmp_path / "steps.gif").write_bytes(b"earlier export")
+    dialog = _dialog(qtbot, tmp_path, stepped=40)
+    dialog.start()
+    qtbot.waitUntil(lambda: dialog.job is not None and dialog.job.done >= 2, timeout=30000)
+    qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
+    assert dialog.job is None and "Cancelled" in dialog.message.text()
+    assert (tmp_path / "steps.gif").read_bytes() == b"earlier export"
+    assert [p.name for p in tmp_path.iterdir()] == ["steps.gif"]
+
+
+def test_a_bad_path_is_said_in_the_dialog(qtbot, tmp_path) -> None:
+    dialog = _dialog(qtbot, tmp_path)
+    dialog.path.setText(str(tmp_path / "missing" / "steps.gif"))
+    dialog.start()
+    assert dialog.last_error is not None and "does not exist" in dialog.last_error
+    dialog.path.setText(str(tmp_path / "steps.bmp"))
+    dialog.start()
+    assert dialog.last_error is not None and ".bmp" in dialog.last_error
+    assert dialog.export_button.isEnabled()
