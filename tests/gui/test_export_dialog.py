@@ -13,7 +13,7 @@ def _dialog(qtbot, folder, stepped: int = 6) -> ExportDialog:
     dialog = ExportDialog(load_builtin("forgot-zero-grad"), stepped)
     qtbot.addWidget(dialog)
     dialog.path.setText(str(folder / "steps.gif"))
-    dialog.size.setCurrentText("800x600")
+    dialog.frame_size.setCurrentText("800x600")
     return dialog
 
 
