@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ops", type=int, default=12, help="ticks to step before the picture (default 12)")
     s.add_argument("--size", type=_size, default=(1280, 720), help="WIDTHxHEIGHT (default 1280x720)")
     s.add_argument("--presentation", action="store_true", help="presentation mode: large type, no chrome")
+    s.add_argument(
+        "--3d",
+        dest="three_d",
+        action="store_true",
+        help="show the 3-D surface too (needs OpenGL: without a display, run under xvfb-run)",
+    )
 
     e = sub.add_parser("export", help="export an animation: GIF, MP4/WebM (with ffmpeg) or PNG frames")
     e.add_argument("scenario", help="built-in name or TOML file")
@@ -250,7 +256,14 @@ def cmd_open(args: argparse.Namespace) -> int:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from gradviz.gui.snapshot import write_snapshot
 
-    write_snapshot(args.scenario, args.output, ops=args.ops, size=args.size, presentation=args.presentation)
+    write_snapshot(
+        args.scenario,
+        args.output,
+        ops=args.ops,
+        size=args.size,
+        presentation=args.presentation,
+        three_d=args.three_d,
+    )
     print(args.output)
     return 0
 

@@ -48,6 +48,17 @@ class AtomicFile:
             self.done = True
 
 
+def write_bytes(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` whole or not at all, with ordinary file permissions."""
+    out = AtomicFile(target)
+    try:
+        out.temp.write_bytes(data)
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
+
+
 class AtomicFolder:
     """A temporary folder next to ``target`` that :meth:`commit` puts in its place.
 

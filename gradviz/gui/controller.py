@@ -3,6 +3,10 @@
 Requests made while the worker is busy are dropped rather than queued, so a
 burst of key presses never leaves a backlog of stale ops. During Play the next
 op is asked for only when the previous one is back.
+
+Surfaces over planes go the other way: a new request supersedes the one in
+flight (its generation number rises, the old evaluation stops at its next
+chunk, and anything it still sends is dropped).
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
-from gradviz.gui.tape import LabInfo, Moment, StepResult, Tape
-from gradviz.gui.worker import LabWorker
+from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, StepResult, Tape
+from gradviz.gui.worker import LabWorker, SurfaceWorker
 
 if TYPE_CHECKING:
     from gradviz.engine.scenario import Scenario
@@ -35,11 +39,16 @@ class Controller(QObject):
     busy_changed = Signal(bool)
     playing_changed = Signal(bool)
     failed = Signal(str)
+    plane_ready = Signal(object)
+    plane_failed = Signal(str)
+    plane_busy = Signal(bool)
 
     _build = Signal(object, int, int, object)
     _step = Signal(int, int)
     _reset = Signal(int)
     _fetch = Signal(object, int)
+    _plan = Signal(object, int, int, str)
+    _evaluate = Signal(object, int)
 
     def __init__(self, threaded: bool = True, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -50,6 +59,21 @@ class Controller(QObject):
             self.lab_thread.setObjectName("gradviz-lab")
             self.worker.moveToThread(self.lab_thread)
             self.lab_thread.start()
+        self.surface_worker = SurfaceWorker()
+        self.surface_thread: QThread | None = None
+        if threaded:
+            self.surface_thread = QThread()
+            self.surface_thread.setObjectName("gradviz-surface")
+            self.surface_worker.moveToThread(self.surface_thread)
+            self.surface_thread.start()
+        self._plan.connect(self.worker.plan)
+        self._evaluate.connect(self.surface_worker.compute)
+        self.worker.planned.connect(self._on_planned)
+        self.worker.plan_failed.connect(self._on_plane_failed)
+        self.surface_worker.computed.connect(self._on_plane)
+        self.surface_worker.failed.connect(self._on_plane_failed)
+        self.plane_generation = 0
+        self.plane_pending = False
         self._build.connect(self.worker.build)
         self._step.connect(self.worker.step)
         self._reset.connect(self.worker.reset)
@@ -78,12 +102,14 @@ class Controller(QObject):
 
     # ------------------------------------------------------------ lifetime
     def shutdown(self) -> None:
-        """Stop playing and end the worker thread (waits for the op in flight)."""
+        """Stop playing and end the worker threads (waits for the op in flight)."""
         self.pause()
-        if self.lab_thread is not None:
-            self.lab_thread.quit()
-            self.lab_thread.wait(5000)
-            self.lab_thread = None
+        self.cancel_plane()
+        for thread in (self.lab_thread, self.surface_thread):
+            if thread is not None:
+                thread.quit()
+                thread.wait(5000)
+        self.lab_thread = self.surface_thread = None
 
     def _set_busy(self, busy: bool) -> None:
         if busy != self.busy:
@@ -102,6 +128,7 @@ class Controller(QObject):
         ``restore`` maps run names to the loop order used when zero_grad is switched back on.
         """
         self.pause()
+        self.cancel_plane()
         self.generation += 1
         self._set_busy(True)
         until = -1
@@ -305,3 +332,53 @@ class Controller(QObject):
             return
         if not self.busy:
             self._submit(-1)
+
+    # --------------------------------------------------------------- planes
+    def request_plane(self, request: PlaneRequest, fallback: str = "random") -> int:
+        """Compute the loss over a plane for the current lab; supersedes any surface in flight.
+
+        Parameters
+        ----------
+        request:
+            The plane kind (or an existing plane with a new range).
+        fallback:
+            The kind used instead when ``request``'s plane does not exist yet.
+
+        Returns
+        -------
+        int
+            The request's generation; :attr:`plane_ready` carries only surfaces of the newest.
+        """
+        self.plane_generation += 1
+        self.surface_worker.latest = self.plane_generation
+        self._set_plane_pending(True)
+        self._plan.emit(request, self.plane_generation, self.generation, fallback)
+        return self.plane_generation
+
+    def cancel_plane(self) -> None:
+        """Stop the surface in flight; whatever it still sends is dropped."""
+        self.plane_generation += 1
+        self.surface_worker.latest = self.plane_generation
+        self._set_plane_pending(False)
+
+    def _set_plane_pending(self, pending: bool) -> None:
+        if pending != self.plane_pending:
+            self.plane_pending = pending
+            self.plane_busy.emit(pending)
+
+    def _on_planned(self, job: Any, generation: int) -> None:
+        if generation == self.plane_generation:
+            self._evaluate.emit(job, generation)
+
+    def _on_plane(self, surface: Any, generation: int) -> None:
+        if generation != self.plane_generation:
+            return
+        if surface.final:
+            self._set_plane_pending(False)
+        self.plane_ready.emit(surface)
+
+    def _on_plane_failed(self, message: str, generation: int) -> None:
+        if generation != self.plane_generation:
+            return
+        self._set_plane_pending(False)
+        self.plane_failed.emit(message)

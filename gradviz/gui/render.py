@@ -77,10 +77,10 @@ def png_bytes(image: QImage) -> bytes:
 def save_png(image: QImage, path: str | Path) -> None:
     """Write ``image`` as a PNG atomically (temporary file in the same folder, then a rename)."""
     from gradviz.engine.errors import UserError
-    from gradviz.gui.window import write_atomically
+    from gradviz.export.atomic import write_bytes
 
     p = check_writable(path)
     try:
-        write_atomically(p, png_bytes(image))
+        write_bytes(p, png_bytes(image))
     except OSError as exc:
         raise UserError(f"{p} cannot be written ({exc.strerror or exc}).") from None

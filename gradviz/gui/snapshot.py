@@ -6,7 +6,13 @@ from gradviz.gui.render import application, check_writable, save_png
 
 
 def write_snapshot(
-    scenario_arg: str, output: str, *, ops: int, size: tuple[int, int], presentation: bool
+    scenario_arg: str,
+    output: str,
+    *,
+    ops: int,
+    size: tuple[int, int],
+    presentation: bool,
+    three_d: bool = False,
 ) -> None:
     """Open ``scenario_arg``, perform ``ops`` ticks, and write the window as a PNG to ``output``.
 
@@ -22,6 +28,11 @@ def write_snapshot(
         Width and height of the window in pixels.
     presentation:
         Render in presentation mode: large type, no chrome, the presentation views.
+    three_d:
+        Show the 3-D surface beside the 2-D one. It needs OpenGL, so the picture is
+        rendered on the display platform in use (under ``xvfb-run`` on a machine
+        without a display) instead of offscreen; without OpenGL the 3-D view shows
+        why in its place.
 
     Raises
     ------
@@ -33,11 +44,21 @@ def write_snapshot(
     from gradviz.gui.window import MainWindow
 
     check_writable(output)
-    app = application(offscreen=True)
+    if three_d:
+        from gradviz.gui.app import has_display
+
+        if not has_display():
+            raise UserError(
+                "--3d draws with OpenGL, which needs a display; without one, run it under a virtual "
+                "one: xvfb-run -a gradviz snapshot ... --3d."
+            )
+    app = application(offscreen=not three_d)
     controller = Controller(threaded=False)
     window = MainWindow(controller, interactive=False)
     try:
         window.resize(*size)
+        if three_d:
+            window.set_surface3d(True)
         if presentation:
             window.set_presentation(True, full_screen=False)
         window.show()
@@ -48,6 +69,8 @@ def write_snapshot(
             if not controller.next_op():
                 break
         window.resize(*size)
+        if three_d:
+            window.set_surface3d(True)  # again, now that the window has its size: halves the column
         app.processEvents()
         window.redraw()
         app.processEvents()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from gradviz.engine.landscape import Plane
     from gradviz.engine.loop import OpSlot
     from gradviz.engine.record import OpRecord, Snapshot
     from gradviz.engine.scenario import RunSpec, Scenario
@@ -81,6 +82,65 @@ class StepResult:
     preview_tick: int
     previews: Mapping[str, dict[str, np.ndarray]]
     stopped: bool
+
+
+@dataclass(frozen=True)
+class PlaneRequest:
+    """What the surface view asks for: a plane of ``kind``, or a new range on an existing ``plane``.
+
+    Attributes
+    ----------
+    kind:
+        ``"axes"``, ``"random"``, ``"pca"``, ``"three-points"`` or ``"curve"`` (one parameter).
+    plane:
+        Keep this plane and evaluate over ``extent`` (a path left the range); ``None`` makes a new plane.
+    extent:
+        ``((x0, x1), (y0, y1))`` in plane coordinates; ``None`` fits the runs' paths.
+    """
+
+    kind: str
+    plane: Plane | None = None
+    extent: tuple[tuple[float, float], tuple[float, float]] | None = None
+
+
+@dataclass(frozen=True)
+class PlaneSurface:
+    """The loss over a plane through weight space, as computed off the GUI thread.
+
+    Attributes
+    ----------
+    kind:
+        The plane kind asked for (see :class:`PlaneRequest`).
+    plane:
+        The plane; paths are projected onto it.
+    xs, ys, Z:
+        Coordinates along the plane's directions and ``Z[i, j]``, the loss at ``(xs[i], ys[j])``.
+    final:
+        False for the coarse preview.
+    note:
+        A sentence for the caption (for example why another plane kind was used).
+    loss_name:
+        Which loss is shown (``"loss"``, or a phase's for models with several).
+    elapsed:
+        Seconds the evaluation took so far.
+    method:
+        How the points were evaluated (``"closed-form"``, ``"matmul"``, ``"vmap"``).
+    """
+
+    kind: str
+    plane: Plane
+    xs: np.ndarray
+    ys: np.ndarray
+    Z: np.ndarray
+    final: bool
+    note: str = ""
+    loss_name: str = "loss"
+    elapsed: float = 0.0
+    method: str = ""
+
+    @property
+    def extent(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        return (float(self.xs[0]), float(self.xs[-1])), (float(self.ys[0]), float(self.ys[-1]))
 
 
 @dataclass

@@ -7,8 +7,6 @@ view. Redraws are coalesced on a timer, throttled to the screen rate during Play
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gradviz.export.atomic import write_bytes
 from gradviz.gui import edits
 from gradviz.gui.controller import SPEEDS, Controller
 from gradviz.gui.narration import narrate
@@ -46,6 +45,7 @@ from gradviz.gui.views.code import CodeView
 from gradviz.gui.views.grads import GradsView
 from gradviz.gui.views.scenario_bar import ScenarioBar
 from gradviz.gui.views.surface import SurfaceView
+from gradviz.gui.views.surface3d import Surface3DView
 from gradviz.gui.views.timeline import TimelineView
 
 DEFAULT_SCENARIO = "forgot-zero-grad"
@@ -93,6 +93,9 @@ class MainWindow(QMainWindow):
         self.narration.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         self.code = CodeView()
         self.surface = SurfaceView()
+        # Beside the 2-D surface, off until asked for: it probes OpenGL the first time it is shown.
+        self.surface3d = Surface3DView(self.surface)
+        self.surface3d.setVisible(False)
         self.grads = GradsView()
         self.timeline = TimelineView()
         self.panels: dict[str, QWidget] = {
@@ -104,13 +107,16 @@ class MainWindow(QMainWindow):
         self.left = QSplitter(Qt.Orientation.Vertical)
         self.left.addWidget(self.code)
         self.left.addWidget(self.grads)
+        self.surfaces = QSplitter(Qt.Orientation.Horizontal)
+        self.surfaces.addWidget(self.surface)
+        self.surfaces.addWidget(self.surface3d)
         self.right = QSplitter(Qt.Orientation.Vertical)
-        self.right.addWidget(self.surface)
+        self.right.addWidget(self.surfaces)
         self.right.addWidget(self.timeline)
         self.split = QSplitter(Qt.Orientation.Horizontal)
         self.split.addWidget(self.left)
         self.split.addWidget(self.right)
-        for s in (self.left, self.right, self.split):
+        for s in (self.left, self.right, self.split, self.surfaces):
             s.setChildrenCollapsible(False)
         self.split.setStretchFactor(0, 5)
         self.split.setStretchFactor(1, 6)
@@ -179,7 +185,13 @@ class MainWindow(QMainWindow):
         self.act_open = self._action("Open scenario…", ("Ctrl+O",), self.open_file_dialog)
         self.act_save = self._action("Save scenario as…", ("Ctrl+S",), self.save_file_dialog)
         self.act_picture = self._action("Save picture of the window…", ("Ctrl+P",), self.save_picture_dialog)
+        self.act_export = self._action("Export animation…", ("Ctrl+E",), self.export_dialog)
         self.act_quit = self._action("Quit", ("Ctrl+Q",), self.close)
+        self.act_3d = QAction("3-D surface", self)
+        self.act_3d.setCheckable(True)
+        self.act_3d.setToolTip("A rotatable 3-D mesh of the loss surface beside the 2-D one (needs OpenGL)")
+        self.act_3d.toggled.connect(self.set_surface3d)
+        self.addAction(self.act_3d)
         self.act_panels: dict[str, QAction] = {}
         for key in PANELS:
             act = QAction(PANEL_TITLES[key], self)
@@ -225,7 +237,7 @@ class MainWindow(QMainWindow):
     def _make_menus(self) -> None:
         menu = self.menuBar()
         f = menu.addMenu("&File")
-        for act in (self.act_open, self.act_save, self.act_picture):
+        for act in (self.act_open, self.act_save, self.act_picture, self.act_export):
             f.addAction(act)
         f.addSeparator()
         f.addAction(self.act_quit)
@@ -235,6 +247,7 @@ class MainWindow(QMainWindow):
         v = menu.addMenu("&View")
         for act in self.act_panels.values():
             v.addAction(act)
+        v.addAction(self.act_3d)
         v.addSeparator()
         v.addAction(self.act_dark)
         v.addAction(self.act_present)
@@ -258,6 +271,10 @@ class MainWindow(QMainWindow):
         c.failed.connect(self.show_error)
         c.playing_changed.connect(self._on_playing)
         c.busy_changed.connect(lambda _: self._update_status())
+        c.plane_ready.connect(self._on_plane)
+        c.plane_busy.connect(self.surface.set_plane_busy)
+        c.plane_failed.connect(self.surface.set_plane_failed)
+        self.surface.plane_requested.connect(c.request_plane)
         self.timeline.scrubbed.connect(self._scrub)
         self.code.toggled.connect(self._on_toggle)
         self.code.run_selected.connect(self._on_run_selected)
@@ -282,6 +299,8 @@ class MainWindow(QMainWindow):
             self.restore = edits.restore_orders(info.scenario)
         self._editing = False
         self.code.set_lab(info)
+        # The 3-D view first: a surface computed inline during the 2-D view's set_lab reaches it at once.
+        self.surface3d.set_lab(info)
         self.surface.set_lab(info)
         self.grads.set_lab(info)
         self.timeline.set_lab(info)
@@ -290,6 +309,26 @@ class MainWindow(QMainWindow):
         if self.interactive:
             key = str(info.scenario.path) if info.scenario.path else info.scenario.name
             settings().setValue("last_scenario", key)
+        self.schedule_redraw()
+
+    def _on_plane(self, surface: Any) -> None:
+        self.surface.set_plane_surface(surface)
+        self.schedule_redraw()
+
+    def set_surface3d(self, on: bool) -> None:
+        """Show or hide the 3-D surface beside the 2-D one (a placeholder says why when GL is missing)."""
+        self.act_3d.blockSignals(True)
+        self.act_3d.setChecked(on)
+        self.act_3d.blockSignals(False)
+        if on:
+            self.surface3d.activate()
+        self.surface3d.setVisible(on)
+        if on:
+            width = max(self.surfaces.width(), 2)
+            self.surfaces.setSizes([width // 2, width - width // 2])
+        self._fix_splitters()
+        if self.interactive:
+            settings().setValue("surface3d", on)
         self.schedule_redraw()
 
     def _on_toggle(self, run: str, what: str, on: bool) -> None:
@@ -351,9 +390,26 @@ class MainWindow(QMainWindow):
 
         assert self.controller.info is not None
         try:
-            write_atomically(Path(path), dumps_scenario(self.controller.info.scenario).encode("utf-8"))
+            write_bytes(Path(path), dumps_scenario(self.controller.info.scenario).encode("utf-8"))
         except OSError as exc:
             self.show_error(f"{path}: cannot be written ({exc.strerror or exc}).")
+
+    def export_dialog(self) -> None:
+        """Export… (Ctrl+E): the steps taken so far, preset as the range, as a GIF or video."""
+        info = self.controller.info
+        if info is None:
+            return
+        from gradviz.gui.export_dialog import ExportDialog
+
+        self.controller.pause()
+        dialog = ExportDialog(
+            info.scenario,
+            self.controller.cursor + 1,
+            presentation=self.presenting,
+            theme=self.theme.name,
+            parent=self,
+        )
+        dialog.exec()
 
     def save_picture_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Save picture", "gradviz.png", "PNG images (*.png)")
@@ -421,6 +477,8 @@ class MainWindow(QMainWindow):
         for _key, view in self.panels.items():
             if view.isVisible() or not self.isVisible():
                 view.draw(moment)  # type: ignore[attr-defined]
+        if self.surface3d.isVisible():
+            self.surface3d.draw(moment)
         text = narrate(moment)
         if text != self.narration.text():
             self.narration.setText(text)
@@ -472,6 +530,7 @@ class MainWindow(QMainWindow):
             apply_theme(app, self.theme, self.presenting)
         for view in self.panels.values():
             view.set_theme(self.theme)  # type: ignore[attr-defined]
+        self.surface3d.set_theme(self.theme)
         self._fix_narration_height()
         self.act_dark.blockSignals(True)
         self.act_dark.setChecked(self.theme.dark)
@@ -516,7 +575,7 @@ class MainWindow(QMainWindow):
         elif hasattr(self, "_normal_sizes"):
             self.split.setSizes(self._normal_sizes)
         size = PRESENTATION_POINT_SIZE if on else BASE_POINT_SIZE
-        for view in self.panels.values():
+        for view in (*self.panels.values(), self.surface3d):
             if hasattr(view, "set_point_size"):
                 view.set_point_size(size)
         self.grads.fit_columns()
@@ -551,7 +610,10 @@ class MainWindow(QMainWindow):
     def _fix_splitters(self) -> None:
         # A splitter whose children are all hidden would keep an empty column.
         self.left.setVisible(self.code.isVisibleTo(self.left) or self.grads.isVisibleTo(self.left))
-        self.right.setVisible(self.surface.isVisibleTo(self.right) or self.timeline.isVisibleTo(self.right))
+        self.surfaces.setVisible(
+            self.surface.isVisibleTo(self.surfaces) or self.surface3d.isVisibleTo(self.surfaces)
+        )
+        self.right.setVisible(self.surfaces.isVisibleTo(self.right) or self.timeline.isVisibleTo(self.right))
 
     # ------------------------------------------------------------ settings
     def _load_settings(self) -> None:
@@ -573,6 +635,9 @@ class MainWindow(QMainWindow):
             self.speed.setCurrentIndex(SPEEDS.index(int(speed)))
         for key, act in self.act_panels.items():
             act.setChecked(key in self.panels_shown)
+        if str(store.value("surface3d", "false")).lower() == "true":
+            # After the window is up: the OpenGL probe starts a process and takes a second.
+            QTimer.singleShot(0, lambda: self.set_surface3d(True))
         for key, act in self.act_present_panels.items():
             act.blockSignals(True)
             act.setChecked(key in self.presentation_panels)
@@ -590,6 +655,7 @@ class MainWindow(QMainWindow):
         for key, splitter in (("split", self.split), ("left", self.left), ("right", self.right)):
             store.setValue(f"splitter/{key}", splitter.saveState())
         store.setValue("panels", list(self.panels_shown))
+        store.setValue("surface3d", self.act_3d.isChecked())
         store.setValue("theme", self.theme.name)
         store.setValue("speed", self.controller.speed)
         store.sync()
@@ -598,18 +664,6 @@ class MainWindow(QMainWindow):
         self.save_settings()
         self.controller.shutdown()
         super().closeEvent(event)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or Path("."))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def wait_until_idle(window: MainWindow, timeout: float = 30.0) -> None:

@@ -1,21 +1,40 @@
-"""The one thread that owns the live lab and performs its PyTorch ops.
+"""The thread that owns the live lab and performs its PyTorch ops, and the one that computes surfaces.
 
-Every request (build, step, reset, fetch) arrives as a queued signal and is
-answered with a signal carrying immutable data: records of numpy copies, never
-tensors. torch is first imported here, after the window is on screen.
+Every request (build, step, reset, fetch, plan) arrives as a queued signal and
+is answered with a signal carrying immutable data: records of numpy copies,
+never tensors. torch is first imported here, after the window is on screen.
+
+Loss surfaces over planes are split in two: the lab's thread makes the plane
+and a loss evaluator from the live run (milliseconds: the evaluator holds
+copies of the modules and the dataset, never the live weights), and a second
+thread evaluates it over the grid, coarse first, cancellable, so stepping goes
+on while a surface is computed.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from PySide6.QtCore import QObject, Signal, Slot
 
-from gradviz.gui.tape import Entry, LabInfo, RunInfo, StepResult
+from gradviz.gui.tape import Entry, LabInfo, PlaneRequest, PlaneSurface, RunInfo, StepResult
 
 if TYPE_CHECKING:
     from gradviz.engine.lab import Lab
+    from gradviz.engine.landscape import Plane, PointLoss
     from gradviz.engine.scenario import Scenario
+
+Extent = tuple[tuple[float, float], tuple[float, float]]
+
+# Grid points per axis: the evaluated surface, and the loss curve of a one-parameter model.
+PLANE_POINTS = {"closed-form": 101, "matmul": 101, "vmap": 61}
+CURVE_POINTS = 401
+# Li et al. draw filter-normalised planes over [-1, 1]: a step of the weights' own size.
+RANDOM_HALF_WIDTH = 1.0
 
 
 def validated(scenario: Scenario) -> Scenario:
@@ -48,6 +67,165 @@ def _ghost_lines(run: Any, restore: tuple[str, ...] | None) -> tuple[tuple[int, 
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class PlaneJob:
+    """A plane and the evaluator of its loss, made on the lab's thread and evaluated on another."""
+
+    kind: str
+    plane: Plane
+    extent: Extent
+    loss: PointLoss
+    n: int
+    note: str
+    loss_name: str
+
+
+def plane_kinds(info: LabInfo) -> list[tuple[str, str]]:
+    """The plane kinds that make sense for a lab's model, as (kind, label), the default first."""
+    if info.surface is not None:
+        return []
+    n = info.parameter_count
+    if n <= 1:
+        return [("curve", "Loss curve over the parameter")]
+    kinds = []
+    run = info.runs[0]
+    if all(int(np.prod(s)) == 1 for s in run.shapes):
+        kinds.append(("axes", f"{run.names[0]} × {run.names[1]} (the rest fixed)"))
+    kinds.append(("random", "Random directions (filter-normalised)"))
+    kinds.append(("pca", "Principal components of the path"))
+    if len(info.runs) >= 2:
+        kinds.append(("three-points", f"Start, {info.runs[0].name}, {info.runs[1].name}"))
+    return kinds
+
+
+def make_plane(lab: Lab, kind: str, run: str) -> Plane:
+    """A plane of ``kind`` through ``run``'s weights; reads the live run (call it on the lab's thread).
+
+    Raises
+    ------
+    UserError
+        When the plane does not exist yet (a path that has not moved, runs on one line).
+    """
+    from gradviz.engine import landscape
+
+    layout = lab.run(run).layout
+    if kind == "curve":
+        # One parameter: its own axis; the second direction is zero, so coordinates are (w, 0).
+        return landscape.Plane("curve", layout, np.zeros(1), np.array([[1.0], [0.0]]), (layout.names[0], ""))
+    if kind == "axes":
+        centre = landscape.current_params(lab.run(run))
+        dirs = np.zeros((2, layout.total))
+        dirs[0, 0] = dirs[1, 1] = 1.0
+        # The two axes keep their own values: the centre is zero along them.
+        centre[:2] = 0.0
+        return landscape.Plane("axes", layout, centre, dirs, (layout.names[0], layout.names[1]))
+    return landscape.plane_for(lab, run, kind)  # type: ignore[arg-type]
+
+
+def fit_range(lab: Lab, plane: Plane, kind: str) -> Extent:
+    """A range of plane coordinates that holds every run's recorded path, with a margin."""
+    from gradviz.engine import landscape
+
+    coords = [landscape.project(plane, landscape.trajectory(lab, r.name)).coords for r in lab.runs]
+    pts = np.concatenate(coords)
+    # Before the first step a path is one point: show a neighbourhood the size of its distance travelled
+    # so far, at least a unit of the parameters themselves (axes, curve) or a tenth of the weights' norm.
+    scale = float(np.linalg.norm(plane.centre)) if kind in ("pca", "three-points") else 10.0
+    (x0, x1), (y0, y1) = landscape.fit_extent(pts, margin=0.3, minimum=max(0.05, 0.1 * scale))
+    if kind == "random":
+        x0, x1 = min(x0, -RANDOM_HALF_WIDTH), max(x1, RANDOM_HALF_WIDTH)
+        y0, y1 = min(y0, -RANDOM_HALF_WIDTH), max(y1, RANDOM_HALF_WIDTH)
+    if kind == "curve":
+        half = max((x1 - x0) / 2, 0.5)
+        mid = (x0 + x1) / 2
+        return (mid - half, mid + half), (0.0, 0.0)
+    return (x0, x1), (y0, y1)
+
+
+def plan_job(lab: Lab, request: PlaneRequest, fallback: str) -> PlaneJob:
+    """The plane (new, or the request's) and its loss evaluator; falls back to ``fallback`` on UserError."""
+    from gradviz.engine import landscape
+    from gradviz.engine.errors import UserError
+
+    run = lab.runs[0]
+    note = ""
+    kind = request.kind
+    plane = request.plane
+    if plane is None:
+        try:
+            plane = make_plane(lab, kind, run.name)
+        except UserError as exc:
+            if kind == fallback:
+                raise
+            note = f"{exc} Showing {fallback} directions meanwhile."
+            kind = fallback
+            plane = make_plane(lab, kind, run.name)
+    extent = request.extent or fit_range(lab, plane, kind)
+    loss = landscape.point_loss(lab, run.name, plane, iteration=lab.iteration)
+    phases = list(run.phases)
+    loss_name = f"{phases[0]}'s loss" if len(phases) > 1 and phases[0] else "loss"
+    n = CURVE_POINTS if kind == "curve" else PLANE_POINTS.get(loss.method, 61)
+    return PlaneJob(kind, plane, extent, loss, n, note, loss_name)
+
+
+def evaluate_job(job: PlaneJob, cancelled: Callable[[], bool]) -> Iterator[PlaneSurface]:
+    """The loss over the job's grid: a coarse grid first, then the full one; stops when cancelled."""
+    from gradviz.engine.landscape import coarse_size
+
+    t0 = time.perf_counter()
+    (x0, x1), (y0, y1) = job.extent
+    curve = job.kind == "curve"
+    full = job.n
+    coarse = 41 if curve else coarse_size(job.loss)
+    for n, final in ((coarse, False), (full, True)):
+        if n >= full and not final:
+            continue
+        xs = np.linspace(x0, x1, n)
+        ys = np.array([0.0]) if curve else np.linspace(y0, y1, n)
+        gx, gy = np.meshgrid(xs, ys, indexing="ij")
+        z = job.loss(np.stack([gx.ravel(), gy.ravel()], axis=1), cancelled)
+        if z is None:
+            return
+        yield PlaneSurface(
+            kind=job.kind,
+            plane=job.plane,
+            xs=xs,
+            ys=ys,
+            Z=z.reshape(len(xs), len(ys)),
+            final=final,
+            note=job.note,
+            loss_name=job.loss_name,
+            elapsed=time.perf_counter() - t0,
+            method=job.loss.method,
+        )
+
+
+class SurfaceWorker(QObject):
+    """Evaluates plane jobs on its own thread; a newer request cancels the one in progress.
+
+    ``latest`` is written by the GUI thread (a plain int, so the write is atomic);
+    the evaluation checks it between chunks of grid points.
+    """
+
+    computed = Signal(object, int)
+    failed = Signal(str, int)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.latest = 0
+
+    @Slot(object, int)
+    def compute(self, job: Any, generation: int) -> None:
+        """Evaluate ``job`` and emit each grid; results of a superseded ``generation`` are not sent."""
+        try:
+            for surface in evaluate_job(job, lambda: self.latest != generation):
+                if self.latest != generation:
+                    return
+                self.computed.emit(surface, generation)
+        except Exception as exc:
+            self.failed.emit(f"The surface could not be computed ({type(exc).__name__}: {exc}).", generation)
+
+
 class LabWorker(QObject):
     """Owns one :class:`~gradviz.engine.lab.Lab` at a time; lives on the worker thread."""
 
@@ -56,6 +234,8 @@ class LabWorker(QObject):
     was_reset = Signal(int)
     fetched = Signal(object, int)
     failed = Signal(str, int)
+    planned = Signal(object, int)
+    plan_failed = Signal(str, int)
 
     def __init__(self) -> None:
         super().__init__()
@@ -233,3 +413,22 @@ class LabWorker(QObject):
             if index < len(lab.history[run]):
                 out[(run, index)] = lab.record(run, index)
         self.fetched.emit(out, generation)
+
+    # ---------------------------------------------------------------- plan
+    @Slot(object, int, int, str)
+    def plan(self, request: Any, plane_generation: int, lab_generation: int, fallback: str) -> None:
+        """Make the plane and loss evaluator of ``request`` for the current lab."""
+        from gradviz.engine.errors import UserError
+
+        lab = self.lab
+        if lab is None or lab_generation != self.generation:
+            return
+        try:
+            job = plan_job(lab, request, fallback)
+        except UserError as exc:
+            self.plan_failed.emit(str(exc), plane_generation)
+            return
+        except Exception as exc:
+            self.plan_failed.emit(f"No plane could be made ({type(exc).__name__}: {exc}).", plane_generation)
+            return
+        self.planned.emit(job, plane_generation)

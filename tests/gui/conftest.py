@@ -47,3 +47,8 @@ def open_window(qtbot):
     yield make
     for window in made:
         window.controller.shutdown()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Also declared in pyproject.toml; registered here so the GUI suite runs on its own.
+    config.addinivalue_line("markers", "gl: needs an OpenGL context (run under xvfb-run)")

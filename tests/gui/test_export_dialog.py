@@ -53,3 +53,16 @@ def test_a_bad_path_is_said_in_the_dialog(qtbot, tmp_path) -> None:
     dialog.start()
     assert dialog.last_error is not None and ".bmp" in dialog.last_error
     assert dialog.export_button.isEnabled()
+
+
+def test_ctrl_e_opens_export_with_the_steps_taken(open_window, qtbot, monkeypatch) -> None:
+    from gui_helpers import press
+
+    shown = []
+    monkeypatch.setattr(ExportDialog, "exec", lambda self: shown.append(self) or 0)
+    w = open_window("forgot-zero-grad")
+    press(qtbot, w, Qt.Key.Key_Right, 5)
+    qtbot.keyClick(w, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier)
+    assert len(shown) == 1
+    assert (shown[0].first.value(), shown[0].last.value()) == (1, 5)
+    assert shown[0].scenario is w.controller.info.scenario

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,9 @@ def test_snapshot_writes_a_png_of_the_requested_size(tmp_path: Path, qapp) -> No
     image = QImage(str(out))
     assert (image.width(), image.height()) == (1280, 720)
     assert not list(tmp_path.glob(".*.tmp")), "no temporary file is left behind"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask  # an ordinary file, not a private temp
 
 
 def test_snapshot_in_presentation_mode(tmp_path: Path, qapp) -> None:

@@ -302,7 +302,11 @@ def test_scenario_picker_opens_another_scenario(open_window, qtbot) -> None:
     picker.activated.emit(index)
     qtbot.waitUntil(lambda: w.controller.info.scenario.name == "gan-detach", timeout=30000)
     settle(qtbot, w)
-    assert "surfaces for this model come later" in w.surface.placeholder.text()
+    # Its loss picture is a plane through weight space, computed off the GUI thread.
+    qtbot.waitUntil(
+        lambda: w.surface.plane_surface is not None and w.surface.plane_surface.final, timeout=30000
+    )
+    assert w.surface.stack.currentIndex() == 0 and "Off the plane" in w.surface.caption.text()
     press(qtbot, w, RIGHT, modifier=SHIFT)
     assert w.grads.table.rowCount() == 3 * 8
 

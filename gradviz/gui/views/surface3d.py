@@ -1,0 +1,264 @@
+"""The loss surface as a rotatable 3-D mesh, with the runs' paths on it.
+
+It shows the surface the 2-D view draws (a true two-parameter surface or the
+loss over a plane) and the same paths, so the two always agree. Heights and
+shading are log10 of the loss when it spans decades, and the top few percent
+(diverged regions, 1e30 or inf) are clipped so they do not flatten the rest.
+
+``pyqtgraph.opengl`` is imported only after :mod:`gradviz.gui.gl_probe` says a
+context can be made; otherwise a placeholder says why and the 2-D view carries on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QLabel, QStackedLayout, QVBoxLayout, QWidget
+
+from gradviz.gui.gl_probe import gl_unavailable
+from gradviz.gui.tape import LabInfo, Moment
+from gradviz.gui.theme import LIGHT, Theme, run_color
+from gradviz.gui.views.surface import SurfaceView, colour_values
+
+# The mesh is drawn in a fixed box whatever the axes' units: x and y over [-1, 1], z over [0, HEIGHT].
+HEIGHT = 0.9
+# Grid points per axis of the mesh: enough for the shape, few enough to rotate smoothly.
+MESH_POINTS = 61
+# Paths float this far above the mesh so the surface does not hide them.
+LIFT = 0.015
+
+
+def mesh_heights(z: np.ndarray) -> tuple[np.ndarray, tuple[float, float], bool]:
+    """Heights in [0, 1] for a loss grid, with the limits used and whether they are log10.
+
+    Values above the 97th percentile (and inf, NaN) are clipped to the top, so a
+    diverged corner saturates instead of squashing the basin flat.
+    """
+    values, log = colour_values(np.asarray(z, dtype=np.float64))
+    finite = values[np.isfinite(values)]
+    if finite.size:
+        lo, hi = float(finite.min()), float(np.percentile(finite, 97))
+    else:
+        lo, hi = 0.0, 1.0
+    if hi <= lo:
+        hi = lo + 1.0
+    shown = np.nan_to_num(values, nan=hi, posinf=hi, neginf=lo)
+    return np.clip((shown - lo) / (hi - lo), 0.0, 1.0), (lo, hi), log
+
+
+def _subsample(xs: np.ndarray, ys: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    step_x = max(1, int(np.ceil(len(xs) / MESH_POINTS)))
+    step_y = max(1, int(np.ceil(len(ys) / MESH_POINTS)))
+    return xs[::step_x], ys[::step_y], z[::step_x, ::step_y]
+
+
+class Surface3DView(QWidget):
+    """A rotatable mesh of the surface that ``source`` (the 2-D view) draws, with the runs' paths.
+
+    Parameters
+    ----------
+    source:
+        The 2-D surface view whose grid and paths are shown.
+    """
+
+    def __init__(self, source: SurfaceView, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.source = source
+        self.theme: Theme = LIGHT
+        self.info: LabInfo | None = None
+        self.view: Any = None
+        self.mesh: Any = None
+        self.paths: list[Any] = []
+        self.points: list[Any] = []
+        self.reason: str | None = None
+        self._scale: tuple[float, float, float, float] | None = None
+        self._limits: tuple[float, float] = (0.0, 1.0)
+        self._log = False
+        self._grid_key: int | None = None
+
+        self.title = QLabel("Loss surface in 3-D")
+        self.title.setObjectName("panelTitle")
+        self.placeholder = QLabel("")
+        self.placeholder.setObjectName("placeholder")
+        self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.placeholder.setWordWrap(True)
+        self.caption = QLabel("")
+        self.caption.setObjectName("status")
+        self.caption.setWordWrap(True)
+        self.caption.setMinimumWidth(100)
+        self.page = QWidget()
+        self.page_box = QVBoxLayout(self.page)
+        self.page_box.setContentsMargins(0, 0, 0, 0)
+        self.stack = QStackedLayout()
+        self.stack.addWidget(self.placeholder)
+        self.stack.addWidget(self.page)
+        box = QVBoxLayout(self)
+        box.setContentsMargins(4, 4, 4, 4)
+        box.addWidget(self.title)
+        box.addLayout(self.stack, 1)
+        box.addWidget(self.caption)
+        source.surface_changed.connect(self.refresh_surface)
+
+    # ------------------------------------------------------------- setup
+    def activate(self) -> bool:
+        """Build the OpenGL view if this machine can show it; else show why. True when 3-D is live."""
+        if self.view is not None:
+            return True
+        self.reason = gl_unavailable()
+        if self.reason is not None:
+            self.placeholder.setText(self.reason)
+            self.stack.setCurrentIndex(0)
+            self.caption.setText("")
+            return False
+        import pyqtgraph.opengl as gl
+
+        self.view = gl.GLViewWidget()
+        self.view.setObjectName("surface3d")
+        self.view.setMinimumSize(160, 120)
+        self.view.setCameraPosition(pos=pg.Vector(0, 0, HEIGHT / 3), distance=3.3, elevation=30, azimuth=-60)
+        self.page_box.addWidget(self.view, 1)
+        self.stack.setCurrentIndex(1)
+        self.set_theme(self.theme)
+        if self.info is not None:
+            self.set_lab(self.info)
+        return True
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        if self.view is not None:
+            self.view.setBackgroundColor(QColor(theme.base))
+            self._grid_key = None
+            self.refresh_surface()
+
+    def set_point_size(self, size: float) -> None:
+        """Type size of the caption (the 3-D scene has no text)."""
+        font = self.caption.font()
+        font.setPointSizeF(size)
+        self.caption.setFont(font)
+
+    def set_lab(self, info: LabInfo) -> None:
+        """Forget the old lab's mesh and paths; the 2-D view's next surface brings the new one."""
+        self.info = info
+        if self.view is None:
+            return
+        for item in (self.mesh, *self.paths, *self.points):
+            if item is not None:
+                self.view.removeItem(item)
+        self.mesh, self.paths, self.points = None, [], []
+        self._grid_key = None
+        self._scale = None
+        import pyqtgraph.opengl as gl
+
+        for i, _run in enumerate(info.runs):
+            colour = QColor(run_color(i))
+            rgba = (colour.redF(), colour.greenF(), colour.blueF(), 1.0)
+            path = gl.GLLinePlotItem(pos=np.zeros((0, 3)), color=rgba, width=3, antialias=True)
+            point = gl.GLScatterPlotItem(pos=np.zeros((1, 3)), color=rgba, size=14, pxMode=True)
+            # Paths and markers are drawn over the mesh, never hidden inside it.
+            path.setGLOptions("translucent")
+            point.setGLOptions("translucent")
+            self.view.addItem(path)
+            self.view.addItem(point)
+            self.paths.append(path)
+            self.points.append(point)
+        self.refresh_surface()
+
+    # -------------------------------------------------------------- draw
+    def refresh_surface(self) -> None:
+        """Rebuild the mesh from the 2-D view's current grid."""
+        if self.view is None:
+            return
+        grid = self.source.grid()
+        if grid is None:
+            if self.mesh is not None:
+                self.mesh.setVisible(False)
+            self.caption.setText(
+                "The loss curve of a one-parameter model is drawn in 2-D only."
+                if self.source.mode == "curve"
+                else "Waiting for the surface…"
+            )
+            return
+        key = id(grid[2])
+        if key == self._grid_key:
+            return
+        self._grid_key = key
+        xs, ys, z = _subsample(*grid)
+        heights, self._limits, self._log = mesh_heights(z)
+        x0, x1, y0, y1 = float(xs[0]), float(xs[-1]), float(ys[0]), float(ys[-1])
+        self._scale = (x0, x1 - x0 or 1.0, y0, y1 - y0 or 1.0)
+        mx = 2 * (xs - x0) / self._scale[1] - 1
+        my = 2 * (ys - y0) / self._scale[3] - 1
+        low, high = QColor(self.theme.surface_low), QColor(self.theme.surface_high)
+        t = heights.reshape(-1, 1)
+        lo_rgb = np.array([low.redF(), low.greenF(), low.blueF()])
+        hi_rgb = np.array([high.redF(), high.greenF(), high.blueF()])
+        # pyqtgraph 0.14 wants one RGBA row per vertex, (N, 4), not (w, h, 4).
+        colours = np.hstack([lo_rgb + t * (hi_rgb - lo_rgb), np.ones((t.shape[0], 1))]).astype(np.float32)
+        import pyqtgraph.opengl as gl
+
+        if self.mesh is not None:
+            self.view.removeItem(self.mesh)
+        self.mesh = gl.GLSurfacePlotItem(
+            x=mx,
+            y=my,
+            z=heights * HEIGHT,
+            colors=colours,
+            # Lit faces show the shape from any angle; the colours still encode the height.
+            shader="shaded",
+            smooth=True,
+        )
+        self.mesh.setGLOptions("opaque")
+        self.view.addItem(self.mesh)
+        # Paths are added again so they draw after the mesh.
+        for item in (*self.paths, *self.points):
+            self.view.removeItem(item)
+            self.view.addItem(item)
+        what = f"log₁₀ {self._loss_word()}" if self._log else self._loss_word()
+        self.caption.setText(
+            f"Height and shade: {what}, clipped at the 97th percentile; lighter is lower. "
+            "Drag to rotate, wheel to zoom."
+        )
+
+    def _loss_word(self) -> str:
+        ps = self.source.plane_surface
+        return ps.loss_name if ps is not None and self.source.mode == "plane" else "loss"
+
+    def _to_box(self, pts: np.ndarray) -> np.ndarray:
+        """Path points ``(N, 2)`` in view coordinates as mesh-box points ``(N, 3)`` on the surface."""
+        assert self._scale is not None
+        x0, sx, y0, sy = self._scale
+        pts = np.asarray(pts, dtype=np.float64).reshape(-1, 2)
+        bx = np.clip(2 * (pts[:, 0] - x0) / sx - 1, -1.0, 1.0)
+        by = np.clip(2 * (pts[:, 1] - y0) / sy - 1, -1.0, 1.0)
+        # Heights come from the surface under the (clamped) point, so the path lies on the mesh.
+        inside = np.stack([(bx + 1) * sx / 2 + x0, (by + 1) * sy / 2 + y0], axis=1)
+        loss = self.source.loss_at(inside)
+        values = np.log10(np.maximum(loss, 1e-300)) if self._log else loss
+        lo, hi = self._limits
+        with np.errstate(invalid="ignore"):
+            h = np.clip((np.nan_to_num(values, nan=hi, posinf=hi, neginf=lo) - lo) / (hi - lo), 0.0, 1.0)
+        return np.stack([bx, by, h * HEIGHT + LIFT], axis=1)
+
+    def draw(self, moment: Moment) -> None:
+        """Draw every run's path and current point at ``moment`` on the mesh."""
+        if self.view is None or self.info is None:
+            return
+        self.refresh_surface()
+        if self._scale is None or self.source.grid() is None:
+            return
+        paths = self.source.paths(moment)
+        for i, path in enumerate(paths[: len(self.paths)]):
+            finite = path[np.all(np.isfinite(path), axis=1)]
+            if len(finite) == 0:
+                continue
+            pos = self._to_box(finite)
+            self.paths[i].setData(pos=pos)
+            self.points[i].setData(pos=pos[-1:])
+
+    def frame(self) -> Any:
+        """The 3-D scene rendered now, as a QImage (None while 3-D is off)."""
+        return None if self.view is None else self.view.grabFramebuffer()

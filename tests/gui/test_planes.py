@@ -1,0 +1,93 @@
+"""Surfaces over planes for models without two parameters: drawn, explained, cancelled."""
+
+from __future__ import annotations
+
+import numpy as np
+from gui_helpers import settle
+
+from gradviz.gui.tape import PlaneRequest
+
+
+def _final(w):
+    return w.surface.plane_surface is not None and w.surface.plane_surface.final
+
+
+def test_mlp_shows_a_surface_and_how_far_the_runs_lie_off_it(open_window, qtbot) -> None:
+    w = open_window("zero-grad-myths")
+    qtbot.waitUntil(lambda: _final(w), timeout=30000)
+    for _ in range(8):
+        w.controller.next_op()
+        settle(qtbot, w)
+    assert w.surface.mode == "plane" and w.surface.controls.isVisible()
+    caption = w.surface.caption.text()
+    assert "Off the plane" in caption and "set-to-none" in caption
+    # The shading really is there: sample the plot and find more than the background.
+    image = w.surface.plot_widget.grab().toImage()
+    colours = {
+        image.pixelColor(x, y).name()
+        for x in range(60, image.width() - 10, 9)
+        for y in range(10, image.height() - 40, 9)
+    }
+    assert len(colours) > 15
+    # Random directions through the start: the runs have moved off it, and the readout says so.
+    assert max(items.residuals[-1] for items in w.surface.items) > 0
+
+
+def test_another_plane_kind_is_computed_and_the_path_lies_in_it(open_window, qtbot) -> None:
+    w = open_window("zero-grad-myths")
+    qtbot.waitUntil(lambda: _final(w), timeout=30000)
+    for _ in range(12):
+        w.controller.next_op()
+        settle(qtbot, w)
+    combo = w.surface.plane_kind
+    combo.setCurrentIndex(combo.findData("pca"))
+    combo.activated.emit(combo.currentIndex())
+    qtbot.waitUntil(lambda: _final(w) and w.surface.plane_surface.kind == "pca", timeout=30000)
+    settle(qtbot, w)
+    assert np.isfinite(w.surface.plane_surface.Z).all()
+    assert "principal components" in w.surface.caption.text()
+
+
+def test_stale_surfaces_are_dropped(open_window, qtbot) -> None:
+    w = open_window("gan-detach")
+    qtbot.waitUntil(lambda: _final(w), timeout=30000)
+    c = w.controller
+    seen: list[int] = []
+    c.plane_ready.connect(lambda s: seen.append(c.plane_generation))
+    first = c.request_plane(PlaneRequest("random"))
+    last = c.request_plane(PlaneRequest("random"))
+    assert last > first
+    qtbot.waitUntil(lambda: not c.plane_pending, timeout=30000)
+    assert seen and all(g == last for g in seen)
+
+
+def test_a_cancelled_evaluation_sends_nothing() -> None:
+    from gradviz.engine import Lab, load_scenario
+    from gradviz.gui.worker import evaluate_job, plan_job
+
+    lab = Lab(load_scenario("zero-grad-myths"))
+    job = plan_job(lab, PlaneRequest("random"), "random")
+    assert list(evaluate_job(job, lambda: True)) == []
+    grids = list(evaluate_job(job, lambda: False))
+    assert [g.final for g in grids] == [False, True]
+    assert grids[0].Z.shape[0] < grids[1].Z.shape[0]
+
+
+def test_a_plane_that_does_not_exist_yet_falls_back_and_says_why() -> None:
+    from gradviz.engine import Lab, load_scenario
+    from gradviz.gui.worker import plan_job
+
+    lab = Lab(load_scenario("zero-grad-myths"))
+    job = plan_job(lab, PlaneRequest("pca"), "random")
+    assert job.kind == "random" and "not moved" in job.note
+
+
+def test_one_parameter_model_draws_a_loss_curve(open_window, qtbot) -> None:
+    w = open_window("two-batch-accumulation")
+    qtbot.waitUntil(lambda: _final(w), timeout=30000)
+    for _ in range(10):
+        w.controller.next_op()
+        settle(qtbot, w)
+    assert w.surface.mode == "curve"
+    xs, ys = w.surface.curve.getData()
+    assert len(xs) > 100 and np.isfinite(ys).all()

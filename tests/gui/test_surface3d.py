@@ -1,0 +1,68 @@
+"""The 3-D surface: a placeholder where OpenGL is missing, a rendered mesh where it is not."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from gui_helpers import settle
+
+from gradviz.gui.gl_probe import gl_unavailable, platform_name
+from gradviz.gui.views.surface3d import mesh_heights
+
+
+def test_heights_are_log_scaled_and_clip_diverged_values() -> None:
+    z = np.array([[1e-3, 1e-2], [1.0, 1e30], [np.inf, np.nan]])
+    heights, (lo, _), log = mesh_heights(z)
+    assert log and lo == pytest.approx(-3.0)
+    assert heights.min() == 0.0 and heights.max() == 1.0
+    # The basin keeps most of the height range: 1e30 is clipped, not scaled to.
+    assert heights[1, 0] > 0.05
+
+
+def test_probe_says_no_offscreen_and_the_placeholder_says_why(open_window, qtbot) -> None:
+    if platform_name() != "offscreen":
+        pytest.skip("checks the offscreen platform")
+    assert "offscreen" in (gl_unavailable() or "")
+    w = open_window("forgot-zero-grad")
+    w.act_3d.trigger()
+    settle(qtbot, w)
+    assert w.surface3d.isVisible() and w.surface3d.view is None
+    text = w.surface3d.placeholder.text()
+    assert "OpenGL" in text and "xvfb-run" in text
+    # The 2-D view carries on, and the module that would crash here was never imported.
+    assert w.surface.isVisible() and w.surface.grid() is not None
+    assert "pyqtgraph.opengl" not in sys.modules
+
+
+def test_the_3d_toggle_is_remembered(qtbot) -> None:
+    from gradviz.gui.window import MainWindow
+
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.set_surface3d(True)
+    w.save_settings()
+    w.controller.shutdown()
+    again = MainWindow()
+    qtbot.addWidget(again)
+    qtbot.waitUntil(lambda: again.act_3d.isChecked(), timeout=5000)
+    again.controller.shutdown()
+
+
+@pytest.mark.gl
+def test_mesh_renders_under_a_display(open_window, qtbot) -> None:
+    if gl_unavailable() is not None:
+        pytest.skip(gl_unavailable())
+    w = open_window("forgot-zero-grad")
+    w.set_surface3d(True)
+    for _ in range(8):
+        w.controller.next_op()
+        settle(qtbot, w)
+    assert w.surface3d.view is not None and w.surface3d.mesh is not None
+    image = w.surface3d.frame()
+    background = image.pixelColor(2, 2)
+    pixels = {
+        image.pixelColor(x, y).name() for x in range(0, image.width(), 7) for y in range(0, image.height(), 7)
+    }
+    assert len(pixels - {background.name()}) > 20
