@@ -35,8 +35,11 @@ app: setup
 
 test: setup
 	$(BIN)/python -m pytest -q -m "not gl"
-	# The 3-D (OpenGL) tests need an X server: a virtual one here.
-	xvfb-run -a -s "-screen 0 1280x720x24" env QT_QPA_PLATFORM=xcb $(BIN)/python -m pytest -q -m gl tests/gui
+	# The 3-D (OpenGL) tests need an X server: a virtual one here. One process per folder:
+	# in one process, pyqtgraph items fail to draw in a GL context made after an earlier one closed.
+	for dir in tests/gui tests/export; do \
+		xvfb-run -a -s "-screen 0 1280x720x24" env QT_QPA_PLATFORM=xcb $(BIN)/python -m pytest -q -m gl $$dir || exit 1; \
+	done
 
 lint: setup
 	$(BIN)/ruff check gradviz tests bench

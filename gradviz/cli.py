@@ -112,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--views",
         metavar="LIST",
-        help="comma-separated (default: all; with --presentation: code,surface,grads)",
+        help="comma-separated from surface,grads,code,timeline (default: all; with --presentation: "
+        "code,surface,grads) and surface3d, the 3-D surface (needs OpenGL: run under xvfb-run -a "
+        "without a display)",
     )
     e.add_argument("--caption", choices=("narration", "none"), default="narration", help="sentence per frame")
     e.add_argument("--presentation", action="store_true", help="large type, as in presentation mode")

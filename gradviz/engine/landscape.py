@@ -443,8 +443,15 @@ class _TorchLoss(PointLoss):
 class MatmulLoss(_TorchLoss):
     """Hand-batched MLP: every grid point's weights in one ``baddbmm`` per layer.
 
-    Two activation buffers are allocated once and reused for every chunk, so the
-    allocator neither returns nor faults back memory between chunks.
+    tanh(z) = 2 sigmoid(2z) - 1, and PyTorch's CPU sigmoid costs a quarter of its
+    tanh (which would be a third of the whole surface). The factor 2 goes into the
+    layer's weights and the affine ``2s - 1`` into the next layer's:
+    ``W(2s - 1) + b = (2W)s + (b - W1)``. Both are linear in the parameters, so
+    they are applied once to the plane's centre and directions, already laid out
+    as each layer's transposed weight and bias; a chunk's weights are then one
+    small matmul and its layers read them without copies. Two activation buffers
+    are allocated once and reused, so the allocator neither returns nor faults
+    back memory between chunks.
     """
 
     method = "matmul"
@@ -467,32 +474,41 @@ class MatmulLoss(_TorchLoss):
         self._buffers = [
             torch.empty(self.chunk * n * widest, dtype=x.dtype, device=x.device) for _ in range(2)
         ]
+        effective = self._effective(torch.cat([self.centre[None], self.directions]))
+        self.centre, self.directions = effective[0].contiguous(), effective[1:].contiguous()
 
-    def batch(self, coords: np.ndarray) -> np.ndarray:
-        W = self.flat_params(coords)
-        c, n = W.shape[0], self.x.shape[0]
-        h = self.x.expand(c, *self.x.shape)
-        # tanh(z) = 2 * sigmoid(2z) - 1, and PyTorch's CPU sigmoid costs a quarter of its
-        # tanh (a third of the whole surface here). The factor 2 goes into this layer's
-        # weights and the affine 2s - 1 into the next layer's: W(2s - 1) + b = (2W)s + (b - W1),
-        # per point, which is N times less work than touching the activations.
-        halved = False
-        for i, (w_at, b_at, fan_in, fan_out, act) in enumerate(self.layers):
-            weight = W[:, w_at : w_at + fan_in * fan_out].view(c, fan_out, fan_in)
-            bias = W[:, b_at : b_at + fan_out] if b_at >= 0 else W.new_zeros(c, fan_out)
+    def _effective(self, flat: torch.Tensor) -> torch.Tensor:
+        """Rows of flat parameters ``(K, P)`` as ``[W1^T, b1, W2^T, b2, ...]`` with tanh folded in."""
+        k = flat.shape[0]
+        parts, halved = [], False
+        for w_at, b_at, fan_in, fan_out, act in self.layers:
+            weight = flat[:, w_at : w_at + fan_in * fan_out].reshape(k, fan_out, fan_in)
+            bias = flat[:, b_at : b_at + fan_out] if b_at >= 0 else flat.new_zeros(k, fan_out)
             if halved:
                 weight, bias = 2 * weight, bias - weight.sum(dim=2)
             if act == "tanh":
                 weight, bias = 2 * weight, 2 * bias
+            parts += [weight.transpose(1, 2).reshape(k, -1), bias]
+            halved = act == "tanh"
+        return torch.cat(parts, dim=1)
+
+    def batch(self, coords: np.ndarray) -> np.ndarray:
+        E = self.flat_params(coords)
+        c, n = E.shape[0], self.x.shape[0]
+        h = self.x.expand(c, *self.x.shape)
+        at = 0
+        for i, (_, _, fan_in, fan_out, act) in enumerate(self.layers):
+            weight = E[:, at : at + fan_in * fan_out].view(c, fan_in, fan_out)
+            bias = E[:, at + fan_in * fan_out : at + (fan_in + 1) * fan_out].unsqueeze(1)
+            at += (fan_in + 1) * fan_out
             # A contiguous view of the buffer's head: matmuls write into it without a copy.
             out = self._buffers[i % 2][: c * n * fan_out].view(c, n, fan_out)
-            h = torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2), out=out)
+            h = torch.baddbmm(bias, h, weight, out=out)
             if act == "tanh":
                 h.sigmoid_()
             elif act == "relu":
                 h.relu_()
-            halved = act == "tanh"
-        if halved:
+        if self.layers[-1][4] == "tanh":
             h = 2 * h - 1
         return _reduce(h, self.y, self.loss)
 

@@ -5,25 +5,31 @@ and worker classes as the window, inline instead of on a thread) and an
 :class:`ExportFrame` holding fresh instances of the chosen views. Every frame
 draws one moment of the tape with those views, so an export looks exactly
 like the window at that moment.
+
+Models that are not two-parameter get their surface over a plane through weight
+space, computed once before the first frame, inline, and kept for the whole
+animation. The 3-D surface (``surface3d``) needs OpenGL: it is offered only
+where :func:`~gradviz.gui.gl_probe.gl_unavailable` finds it, on the real display
+platform, and nothing else imports ``pyqtgraph.opengl``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from PySide6.QtCore import QEvent, QRect, Qt
-from PySide6.QtGui import QFontMetrics, QImage
+from PySide6.QtCore import QEvent, QPoint, QRect, Qt
+from PySide6.QtGui import QFontMetrics, QImage, QPainter
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from gradviz.export.base import FrameWriter, Progress
 from gradviz.export.palette import RGB, hex_rgb
 from gradviz.export.plan import VIEWS, FramePlan, plan_frames
 from gradviz.gui.narration import narrate
-from gradviz.gui.tape import LabInfo, Moment
+from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, PlaneSurface
 from gradviz.gui.theme import (
     BASE_POINT_SIZE,
     OP_COLORS,
@@ -42,10 +48,17 @@ from gradviz.gui.views.timeline import TimelineView
 if TYPE_CHECKING:
     from gradviz.engine.scenario import Scenario
     from gradviz.gui.controller import Controller
+    from gradviz.gui.views.surface3d import Surface3DView
 
 # Smallest size at which each view stays readable at the normal type size (pixels); below
 # these the surface's legends cover its plot, the timeline's rows collide, the table loses columns.
-MIN_VIEW_SIZE = {"surface": (360, 260), "grads": (300, 120), "code": (260, 170), "timeline": (320, 200)}
+MIN_VIEW_SIZE = {
+    "surface": (360, 260),
+    "surface3d": (300, 260),
+    "grads": (300, 120),
+    "code": (260, 170),
+    "timeline": (320, 200),
+}
 # Presentation type is 1.6 times larger, but plots need not grow with it.
 PRESENTATION_MIN_SCALE = 1.3
 CAPTION_LINES = 2
@@ -54,6 +67,15 @@ MIN_CAPTION_POINTS = 7.0
 COLUMNS = (("code", "grads"), ("surface", "timeline"))
 COLUMN_STRETCH = (5, 6)
 ROW_STRETCH = {"code": 3, "grads": 2, "surface": 3, "timeline": 2}
+# The 3-D surface shares the 2-D surface's row, as it shares the window's splitter.
+BESIDE = {"surface": "surface3d"}
+# The plane of a model that is not two-parameter: the principal components of the exported path.
+# Known in advance here (unlike in the window), they hold the path's largest moves, so it lies
+# nearly in the plane (small residuals) and visibly descends; random directions through the start
+# would show little more than a dot. The window's own default stands in when PCA cannot be made.
+EXPORT_PLANE = "pca"
+DRAG_HINT = " Drag to rotate, wheel to zoom."
+FALLBACK_PLANE = "random"
 
 
 @dataclass(frozen=True)
@@ -65,7 +87,8 @@ class FrameStyle:
     size:
         Width and height of a frame in pixels.
     views:
-        Which views to show, from ``surface``, ``grads``, ``code``, ``timeline``.
+        Which views to show, from ``surface``, ``grads``, ``code``, ``timeline``, and
+        ``surface3d`` (the 3-D surface; it needs OpenGL, see :func:`gl_refusal`).
     caption:
         Show the narration sentence (and the op counter) above the views.
     presentation:
@@ -156,9 +179,22 @@ class ExportFrame(QWidget):
             "timeline": TimelineView,
         }
         for key in style.views:
-            view = makers[key]()
+            if key in makers:
+                self.views[key] = makers[key]()
+        # The 3-D view draws the 2-D view's grid and paths; a frame without the 2-D view keeps one unseen.
+        self.source: SurfaceView | None = self.views.get("surface")
+        self.hidden_source = False
+        if "surface3d" in style.views:
+            from gradviz.gui.views.surface3d import Surface3DView
+
+            if self.source is None:
+                self.source = SurfaceView()
+                self.hidden_source = True
+            view3d = Surface3DView(self.source)
+            view3d.activate()
+            self.views["surface3d"] = view3d
+        for view in self._all_views():
             view.set_theme(self.theme)
-            self.views[key] = view
 
         self.caption = QLabel("")
         self.caption.setObjectName("exportCaption")
@@ -184,8 +220,19 @@ class ExportFrame(QWidget):
             column = QVBoxLayout()
             column.setSpacing(6)
             for key in shown:
-                column.addWidget(self.views[key], ROW_STRETCH[key])
+                beside = BESIDE.get(key)
+                if beside in self.views:
+                    row = QHBoxLayout()
+                    row.setSpacing(6)
+                    row.addWidget(self.views[key], 1)
+                    row.addWidget(self.views[beside], 1)
+                    column.addLayout(row, ROW_STRETCH[key])
+                else:
+                    column.addWidget(self.views[key], ROW_STRETCH[key])
             body.addLayout(column, stretch)
+        if self.hidden_source and "surface3d" in self.views:
+            # Without the 2-D view, the 3-D one takes its place.
+            body.addWidget(self.views["surface3d"], COLUMN_STRETCH[1])
 
         self._box = box = QVBoxLayout(self)
         box.setContentsMargins(6, 4, 6, 4)
@@ -195,6 +242,10 @@ class ExportFrame(QWidget):
         self._set_minimums()
         self.caption.setVisible(style.caption)
         self.counter.setVisible(style.caption)
+
+    def _all_views(self) -> list[Any]:
+        """The laid-out views and an unseen 2-D source of the 3-D view (drawn first, as it feeds it)."""
+        return ([self.source] if self.hidden_source else []) + list(self.views.values())
 
     def _caption_rules(self) -> str:
         t = self.theme
@@ -210,7 +261,7 @@ class ExportFrame(QWidget):
             w, h = MIN_VIEW_SIZE[key]
             view.setMinimumSize(int(w * scale), int(h * scale))
         if self.frame_style.presentation:
-            for view in self.views.values():
+            for view in self._all_views():
                 if hasattr(view, "set_point_size"):
                     view.set_point_size(self.frame_style.point_size)
         self._set_caption_points(self._caption_points)
@@ -236,32 +287,59 @@ class ExportFrame(QWidget):
     def set_lab(self, info: LabInfo) -> None:
         """Prepare every view for a newly built lab.
 
+        A model that is not two-parameter asks for a plane here; the frame's owner
+        answers with :meth:`set_plane_surface` (or :meth:`drop_surface`).
+        """
+        # The 3-D view first: a surface handed to the 2-D view reaches it at once.
+        for view in sorted(self._all_views(), key=lambda v: v is self.source):
+            view.set_lab(info)
+        if self.source is not None:
+            # The plane picker and Recompute are for the window; on a slide the caption names the plane.
+            self.source.controls.setVisible(False)
+        if "grads" in self.views:
+            self.views["grads"].fit_columns()
+
+    @property
+    def wants_plane(self) -> bool:
+        """Whether the surface is drawn over a plane (or curve) that has yet to be computed."""
+        s = self.source
+        return s is not None and s.mode in ("plane", "curve") and s.plane_surface is None
+
+    def set_plane_surface(self, surface: PlaneSurface) -> None:
+        """Hand a computed plane surface to the 2-D view (and through it to the 3-D one)."""
+        if self.source is not None:
+            self.source.set_plane_surface(surface)
+
+    def drop_surface(self, info: LabInfo, reason: str) -> None:
+        """Give the surfaces' space to the other views when no plane could be computed.
+
         Raises
         ------
         UserError
-            When the surface is the only view asked for and this model has none.
+            When the surfaces are the only views asked for.
         """
         from gradviz.engine.errors import UserError
 
-        if info.surface is None and "surface" in self.views:
-            if len(self.views) == 1:
-                raise UserError(
-                    f"{info.scenario.name} has no loss surface to draw ({info.parameter_count:,} "
-                    "parameters); choose other views, such as grads,code,timeline."
-                )
-            # The window shows a placeholder here; a frame for slides gives the space to the other views.
-            self.views["surface"].hide()
-        for view in self.views.values():
-            view.set_lab(info)
-        if "grads" in self.views:
-            self.views["grads"].fit_columns()
+        surfaces = [k for k in ("surface", "surface3d") if k in self.views]
+        if len(surfaces) == len(self.views):
+            raise UserError(
+                f"{info.scenario.name} has no loss surface to draw ({reason.rstrip('.')}); "
+                "choose other views, such as grads,code,timeline."
+            )
+        # The window shows a placeholder here; a frame for slides gives the space to the other views.
+        for key in surfaces:
+            self.views[key].hide()
 
     def draw(self, moment: Moment) -> None:
         """Draw ``moment`` in every view and set its caption."""
         # The frame is never shown, so nothing lays it out but this (the caption's fit needs its width).
         self._box.activate()
-        for view in self.views.values():
+        for view in self._all_views():
             view.draw(moment)
+        view3d = self.views.get("surface3d")
+        if view3d is not None:
+            # A frame cannot be rotated: drop the view's hint on how to.
+            view3d.caption.setText(view3d.caption.text().replace(DRAG_HINT, ""))
         if self.frame_style.caption:
             self._fit_caption(caption_text(moment))
             self.counter.setText(counter_text(moment.tick, moment.info.ticks_per_iteration))
@@ -290,6 +368,23 @@ class ExportFrame(QWidget):
         if points != self._caption_points:
             self._set_caption_points(points)
 
+    def _paint_gl(self, image: QImage) -> None:
+        """Paint the 3-D view's OpenGL framebuffer over its place in ``image``.
+
+        ``QWidget.render`` does not draw an OpenGL widget of a window that is never
+        shown, so its scene is rendered into its own framebuffer and copied in.
+        """
+        view3d: Surface3DView | None = self.views.get("surface3d")
+        if view3d is None or view3d.view is None or not view3d.isVisibleTo(self):
+            return
+        gl = view3d.view
+        scene = view3d.frame()
+        if scene is None or scene.isNull():
+            return
+        painter = QPainter(image)
+        painter.drawImage(QRect(gl.mapTo(self, QPoint(0, 0)), gl.size()), scene)
+        painter.end()
+
     def render_rgb(self) -> np.ndarray:
         """The frame as a ``(height, width, 3)`` uint8 RGB array at exactly the style's size."""
         w, h = self.frame_style.size
@@ -301,6 +396,7 @@ class ExportFrame(QWidget):
         image.setDevicePixelRatio(1.0)
         image.fill(0)
         self.render(image)
+        self._paint_gl(image)
         rgb = image.convertToFormat(QImage.Format.Format_RGB888)
         stride = rgb.bytesPerLine()
         data = np.frombuffer(rgb.constBits(), dtype=np.uint8, count=stride * h)
@@ -350,11 +446,57 @@ class FrameRenderer:
             self.close()
             raise UserError(errors[-1] if errors else f"The scenario {scenario!r} could not be opened.")
         self.info: LabInfo = self.controller.info
-        try:
-            self.frame.set_lab(self.info)
-        except UserError:
-            self.close()
-            raise
+        self.frame.set_lab(self.info)
+        self._plane_error = ""
+        self._prepared = False
+        self.controller.plane_ready.connect(self._on_plane)
+        self.controller.plane_failed.connect(self._on_plane_failed)
+
+    def prepare_surface(self, last_tick: int) -> None:
+        """Compute the plane of a model that is not two-parameter, once, before the first frame.
+
+        The runs are stepped to ``last_tick`` (the export's last frame) so the plane
+        can be the principal components of the whole exported path; the cursor then
+        goes back to the start. Afterwards the view asks for the same plane over a
+        wider range only when a path leaves it, as in the window.
+
+        Raises
+        ------
+        UserError
+            When no plane could be made and the surfaces are the only views.
+        """
+        if self._prepared:
+            return
+        self._prepared = True
+        frame = self.frame
+        if not frame.wants_plane:
+            return
+        assert frame.source is not None
+        source = frame.source
+        kind = EXPORT_PLANE if source.mode == "plane" else "curve"
+        if kind == EXPORT_PLANE:
+            self.step_to(last_tick)
+        self.controller.request_plane(PlaneRequest(kind), fallback=FALLBACK_PLANE)
+        self.controller.seek(-1)
+        if source.plane_surface is None:
+            frame.drop_surface(self.info, self._plane_error or "no plane could be made")
+            return
+        source.plane_requested.connect(self._widen)
+
+    def _widen(self, request: PlaneRequest) -> None:
+        # Only the same plane over a wider range: the plane itself stays for the whole animation.
+        if request.plane is not None:
+            self.controller.request_plane(request, fallback=FALLBACK_PLANE)
+
+    def _on_plane(self, surface: PlaneSurface) -> None:
+        # The inline controller sends a coarse grid, then the full one: a frame only ever shows the full one.
+        if surface.final:
+            # The worker's note on a fallback plane ("... meanwhile") is for the window, which may
+            # recompute; here the plane is final and the caption already names its kind.
+            self.frame.set_plane_surface(replace(surface, note=""))
+
+    def _on_plane_failed(self, message: str) -> None:
+        self._plane_error = message
 
     @property
     def ticks_per_iteration(self) -> int:
@@ -379,6 +521,7 @@ class FrameRenderer:
         """Step and render every frame of ``plan``; stops early when every run has stopped."""
         ticks = plan.ticks()
         if ticks:
+            self.prepare_surface(ticks[-1])
             self.frame.reserve_counter(counter_text(ticks[-1], plan.ticks_per_iteration))
         shown = None
         for tick in ticks:
@@ -405,6 +548,51 @@ class FrameRenderer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def gl_refusal(style: FrameStyle) -> str | None:
+    """Why ``style``'s frames cannot be drawn here, as one sentence; None when they can.
+
+    Only ``surface3d`` can be refused: it needs OpenGL, which the offscreen
+    platform (the default for exports) and machines without a display lack.
+    """
+    if "surface3d" not in style.views:
+        return None
+    from gradviz.gui.app import has_display
+    from gradviz.gui.gl_probe import gl_unavailable
+
+    if has_display() and gl_unavailable() is None:
+        return None
+    return (
+        "The surface3d view draws with OpenGL, which is not available here; run the export "
+        "under a virtual display, as in xvfb-run -a gradviz export ... --views surface,surface3d."
+    )
+
+
+def export_application(style: FrameStyle) -> QApplication:
+    """The QApplication for ``style``'s frames: offscreen, or the display's own for 3-D views.
+
+    Raises
+    ------
+    UserError
+        When ``style`` asks for ``surface3d`` and OpenGL is not available (see :func:`gl_refusal`).
+    """
+    from gradviz.engine.errors import UserError
+
+    if "surface3d" not in style.views:
+        return offscreen_application(style)
+    from gradviz.gui.render import application
+    from gradviz.gui.theme import apply_theme
+
+    reason = gl_refusal(style)
+    if reason is not None:
+        raise UserError(reason)
+    existing = QApplication.instance()
+    # OpenGL contexts exist only on the display's platform (xcb under Xvfb); offscreen crashes.
+    app = application(offscreen=False)
+    if existing is None:
+        apply_theme(app, theme_named(style.theme), style.presentation)
+    return app
 
 
 def offscreen_application(style: FrameStyle) -> QApplication:
@@ -479,7 +667,7 @@ class ExportJob:
             )
         self.style = style
         self.fps = fps
-        offscreen_application(style)
+        export_application(style)
         self.renderer = FrameRenderer(scenario, style)
         try:
             self.plan = plan_frames(
@@ -491,6 +679,8 @@ class ExportJob:
                 iterations=frames.iterations,
                 default_iterations=self.renderer.info.scenario.iterations,
             )
+            # Before the writer exists: a model without a plane fails here, leaving nothing behind.
+            self.renderer.prepare_surface(self.plan.ticks()[-1])
             self.writer: FrameWriter = open_writer(
                 self.output,
                 style.size,

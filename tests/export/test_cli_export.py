@@ -78,3 +78,15 @@ def test_unknown_scenario_and_folder_of_other_files(qapp, capsys, tmp_path: Path
     code, _, err = _run(capsys, "export", "forgot-zero-grad", "-o", str(folder), *SMALL)
     assert code == 2 and "holds other files" in err
     assert (folder / "slides.key").read_text() == "keep me" and leftovers(tmp_path) == []
+
+
+def test_surface3d_without_opengl_is_one_sentence(qapp, capsys, tmp_path: Path) -> None:
+    if qapp.platformName() != "offscreen":
+        pytest.skip("OpenGL may be available on this display platform")
+    path = tmp_path / "a.gif"
+    argv = ["export", "forgot-zero-grad", "-o", str(path), "--views", "surface,surface3d"]
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert "xvfb-run -a gradviz export" in err and err.count("\n") == 1, err
+    assert err.replace("...", "").count(". ") == 0, err
+    assert [p.name for p in tmp_path.iterdir()] == []

@@ -107,14 +107,30 @@ def test_a_run_that_diverges_ends_the_export_on_its_last_moment(export, tmp_path
     assert len(gif_frames(path)) == count
 
 
-def test_a_model_without_a_surface(export, tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="gan-detach has no loss surface to draw"):
-        export(tmp_path / "a.gif", scenario="gan-detach")
-    # Among other views the surface's placeholder gives way to them.
-    path, count = export(
-        tmp_path / "b.gif", scenario="gan-detach", ops=2, views=("surface", "timeline"), size=(480, 560)
-    )
-    assert count == 2 and len(gif_frames(path)) == 2
+def test_a_model_with_a_plane_surface(export, tmp_path: Path) -> None:
+    """Models that are not two-parameter are drawn over one plane, with the paths and the residual readout."""
+    from gradviz.export.plan import plan_frames
+    from gradviz.gui.export_frames import ExportFrame, FrameRenderer, FrameStyle
+
+    style = FrameStyle(SIZE, ("surface",))
+    with FrameRenderer("zero-grad-myths", style) as renderer:
+        plan = plan_frames(renderer.ticks_per_iteration, ops=12)
+        frames = list(renderer.frames(plan))
+        view = renderer.frame.views["surface"]
+        assert view.plane_surface is not None and view.plane_surface.kind == "pca"
+        assert "Off the plane (distance in weight space)" in view.caption.text()
+        area = view.plot_widget.geometry().translated(view.mapTo(renderer.frame, view.rect().topLeft()))
+    assert isinstance(renderer.frame, ExportFrame) and len(frames) == 12
+    last = frames[-1][area.top() : area.bottom(), area.left() : area.right()]
+    greys = last[(last.max(axis=2) - last.min(axis=2)) < 8]
+    # Shading: many greys; contours: dark lines; paths: the runs' colours.
+    assert len(np.unique(greys[:, 0])) > 30
+    assert (greys[:, 0] < 60).sum() > 50
+    assert ((last.max(axis=2) - last.min(axis=2)) > 60).sum() > 30
+
+    # Through the public call, the plane survives the whole export and the caption stays.
+    path, count = export(tmp_path / "a.gif", scenario="zero-grad-myths", ops=4)
+    assert count == 4 and len(gif_frames(path)) == 4
 
 
 def test_a_range_after_every_run_stopped_is_one_sentence(export, tmp_path: Path) -> None:
