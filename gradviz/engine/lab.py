@@ -53,6 +53,10 @@ class Lab:
         ``"auto"`` keeps a full record per op for small models and keyframes for
         large ones; ``"full"`` or ``"light"`` force one; ``"bare"`` records nothing
         (the peer that recording is measured against).
+    keyframe_every:
+        Iterations between keyframes of a ``light`` lab; by default chosen after
+        the first iteration so that keyframes cost about ``KEYFRAME_BUDGET``
+        bytes per iteration.
     """
 
     def __init__(self, scenario: Scenario, record: str = "auto", keyframe_every: int | None = None) -> None:

@@ -324,5 +324,5 @@ class History:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by columns and keyframes (records of small models not counted twice)."""
+        """Bytes of array data held by every run's history (each shared copy counted once)."""
         return sum(h.nbytes for h in self.runs.values())
