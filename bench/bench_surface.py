@@ -3,12 +3,15 @@
 Both compute the same grid (filter-normalised random directions, 1,000 points,
 MSE) in the same process, in alternating rounds, so a shared machine's drifts
 hit both alike. Printed: the time ratio, each time against the machine's limit
-(the grid's matmul GFLOP divided by the matmul GFLOP/s measured in this run),
+(the grid's matmul GFLOP divided by the matmul GFLOP/s measured in this run)
+and gradviz's also against a limit that adds the activations (one sigmoid per
+hidden unit, data point and grid point, at the rate measured in this run),
 gradviz's vmap method against its hand-batched one, the time to the first
-coarse picture, and the peak memory of one evaluation.
+coarse picture, and the peak memory of one evaluation (in a fresh process).
 
 Run: ``python bench/bench_surface.py [--threads 2] [--rounds 3]``; check
-``uptime`` first and take figures when the load average is low.
+``uptime`` first and take figures when the load average is low: two-thread
+runs collapse when another process holds a core.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ name = "yours"
 
 
 def keep_freed_memory() -> bool:
-    """glibc: keep freed chunks instead of returning them to the OS (DESIGN.md; app start-up does this)."""
+    """glibc: keep freed chunks instead of returning them to the OS (app start-up does this too)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
