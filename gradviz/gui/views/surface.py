@@ -223,9 +223,12 @@ class SurfaceView(QWidget):
             axis.setPen(pg.mkPen(theme.muted))
             axis.setTextPen(pg.mkPen(theme.text))
         self.minimum.setPen(pg.mkPen(theme.text, width=2))
+        # See-through legends: a run's current point may lie under one and must stay visible.
+        backdrop = QColor(theme.base)
+        backdrop.setAlpha(150)
         for legend in (self.legend, self.arrow_legend):
             legend.setLabelTextColor(theme.text)
-            legend.setBrush(pg.mkBrush(QColor(theme.base)))
+            legend.setBrush(pg.mkBrush(backdrop))
             legend.setPen(pg.mkPen(theme.grid))
         for sample in self.arrow_samples.values():
             pen = sample.opts["pen"]
