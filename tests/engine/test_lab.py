@@ -179,10 +179,15 @@ def test_the_engine_imports_and_runs_with_qt_blocked():
                     raise ImportError("Qt is blocked in this test: " + name)
 
         sys.meta_path.insert(0, Block())
+        import importlib, pkgutil
+        import gradviz.engine
+        for module in pkgutil.iter_modules(gradviz.engine.__path__):
+            importlib.import_module("gradviz.engine." + module.name)
         from gradviz.engine import Lab, load_builtin
         lab = Lab(load_builtin("forgot-zero-grad"))
         lab.run_iterations(2)
         import gradviz.cli
+        import gradviz.export
         assert not any(m.split(".")[0] in ("PySide6", "pyqtgraph") for m in sys.modules)
         print("ok")
         """
