@@ -15,7 +15,7 @@ setup: $(VENV)/.ready
 $(VENV)/.ready: pyproject.toml
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
-		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 		else echo "Please install these Debian packages first: $$missing"; exit 1; fi; \
 	fi
 	$(PYTHON) -m venv $(VENV)
