@@ -13,7 +13,8 @@ DEBIAN_PACKAGES := libgl1 libegl1 libxkbcommon0 libfontconfig1 libglib2.0-0 libd
 setup: $(VENV)/.ready
 
 $(VENV)/.ready: pyproject.toml
-	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 		else echo "Please install these Debian packages first: $$missing"; exit 1; fi; \
