@@ -12,12 +12,17 @@ def _final(w):
     return w.surface.plane_surface is not None and w.surface.plane_surface.final
 
 
-def test_mlp_shows_a_surface_and_how_far_the_runs_lie_off_it(open_window, qtbot) -> None:
-    w = open_window("zero-grad-myths")
+def _step(qtbot, w, ops: int) -> None:
+    """Wait for the first plane, then take ``ops`` ops as a user would."""
     qtbot.waitUntil(lambda: _final(w), timeout=30000)
-    for _ in range(8):
+    for _ in range(ops):
         w.controller.next_op()
         settle(qtbot, w)
+
+
+def test_mlp_shows_a_surface_and_how_far_the_runs_lie_off_it(open_window, qtbot) -> None:
+    w = open_window("zero-grad-myths")
+    _step(qtbot, w, 8)
     assert w.surface.mode == "plane" and w.surface.controls.isVisible()
     caption = w.surface.caption.text()
     assert "Off the plane" in caption and "set-to-none" in caption
@@ -35,10 +40,7 @@ def test_mlp_shows_a_surface_and_how_far_the_runs_lie_off_it(open_window, qtbot)
 
 def test_another_plane_kind_is_computed_and_the_path_lies_in_it(open_window, qtbot) -> None:
     w = open_window("zero-grad-myths")
-    qtbot.waitUntil(lambda: _final(w), timeout=30000)
-    for _ in range(12):
-        w.controller.next_op()
-        settle(qtbot, w)
+    _step(qtbot, w, 12)
     combo = w.surface.plane_kind
     combo.setCurrentIndex(combo.findData("pca"))
     combo.activated.emit(combo.currentIndex())
@@ -84,10 +86,7 @@ def test_a_plane_that_does_not_exist_yet_falls_back_and_says_why() -> None:
 
 def test_one_parameter_model_draws_a_loss_curve(open_window, qtbot) -> None:
     w = open_window("two-batch-accumulation")
-    qtbot.waitUntil(lambda: _final(w), timeout=30000)
-    for _ in range(10):
-        w.controller.next_op()
-        settle(qtbot, w)
+    _step(qtbot, w, 10)
     assert w.surface.mode == "curve"
     xs, ys = w.surface.curve.getData()
     assert len(xs) > 100 and np.isfinite(ys).all()
