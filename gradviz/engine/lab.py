@@ -16,16 +16,16 @@ import torch
 from gradviz.engine.devices import resolve_device
 from gradviz.engine.errors import ScenarioError
 from gradviz.engine.loop import OpSlot
-from gradviz.engine.record import History, OpRecord, Snapshot
+from gradviz.engine.record import History, OpRecord, PackedSnapshot, Snapshot
 from gradviz.engine.run import Mode, Run
 from gradviz.engine.scenario import Scenario
 
 # Models whose whole snapshot stays under this many floats keep a full record per op;
 # larger ones keep scalars per op and a snapshot every few iterations.
 FULL_RECORD_FLOATS = 4096
-# Bytes of keyframe per iteration that larger models may spend (with the per-op
-# columns this keeps a 17k-parameter MLP with Adam under 4 KB per iteration).
-KEYFRAME_BUDGET = 3500
+# Bytes of packed keyframe per iteration that larger models may spend (with the
+# per-op columns this keeps a 17k-parameter MLP with Adam under 4 KB per iteration).
+KEYFRAME_BUDGET = 3800
 
 
 def _line_up(keys: list[list[tuple]]) -> list[tuple]:
@@ -106,13 +106,13 @@ class Lab:
             return
         if iteration == 0:
             return  # the lab keeps the state it was built with
-        snap = None
+        packed = None
         if not self.keyframe_every:
-            snap = run.capture(grads=not run.grads_unread_at_iteration_start)
-            self.keyframe_every = max(1, math.ceil(snap.nbytes / KEYFRAME_BUDGET))
+            packed = PackedSnapshot(run.capture(grads=not run.grads_unread_at_iteration_start))
+            self.keyframe_every = max(1, math.ceil(packed.nbytes / KEYFRAME_BUDGET))
         if iteration % self.keyframe_every == 0:
-            snap = snap or run.capture(grads=not run.grads_unread_at_iteration_start)
-            frames[iteration] = (snap, run.last_loss)
+            packed = packed or PackedSnapshot(run.capture(grads=not run.grads_unread_at_iteration_start))
+            frames[iteration] = (packed, run.last_loss)
 
     def advance(self) -> list[tuple[str, int]]:
         """Perform the next tick that has an op for some running run.
@@ -173,10 +173,10 @@ class Lab:
     # ------------------------------------------------------------ going back
     def _replay(self, run: Run, r: int, to_tick: int, full_from: int | None = None) -> tuple | None:
         """Restore ``run`` from the keyframe before ``to_tick`` and perform ops up to it."""
-        frames = self.history[run.name].keyframes
+        h = self.history[run.name]
         iteration = max(to_tick, 0) // self.ticks_per_iteration
-        start = max(k for k in frames if k <= iteration)
-        run.restore(*frames[start])
+        start = max(k for k in h.keyframes if k <= iteration)
+        run.restore(*h.keyframe(start))
         last = None
         capturing = False
         for t in range(start * self.ticks_per_iteration, to_tick + 1):
@@ -232,7 +232,7 @@ class Lab:
 
     def initial(self, run_name: str) -> Snapshot:
         """The state of a run before its first op."""
-        return self.history[run_name].keyframes[0][0]
+        return self.history[run_name].keyframe(0)[0]
 
 
 def parameter_count(lab: Lab) -> int:

@@ -308,8 +308,8 @@ def current_params(run: Run) -> np.ndarray:
 
 def trajectory(lab: Lab, run_name: str) -> np.ndarray:
     """The run's path: its parameters at the start of every recorded iteration, then now."""
-    frames = lab.history[run_name].keyframes
-    points = [frames[k][0].param_flat.astype(np.float64) for k in sorted(frames)]
+    h = lab.history[run_name]
+    points = [h.keyframe(k)[0].param_flat.astype(np.float64) for k in sorted(h.keyframes)]
     points.append(current_params(lab.run(run_name)))
     return np.stack(points)
 

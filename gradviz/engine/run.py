@@ -3,35 +3,19 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch._utils import _flatten_dense_tensors
 
 from gradviz.engine.loop import OpSlot, build_program
-from gradviz.engine.record import Entry, Layout, Snapshot, _make
+from gradviz.engine.record import EMPTY, Entry, Layout, Snapshot, _make, flat_copy, join, numpy_views
 from gradviz.engine.scenario import RunSpec, Scenario
 from gradviz.engine.zoo import Batch, Phase, build_task
 
 Mode = Literal["replay", "bare", "light", "full"]
-EMPTY = np.zeros(0, dtype=np.float32)
-EMPTY.flags.writeable = False
-
-
-def _flat(tensors: Sequence[torch.Tensor]) -> np.ndarray:
-    """One copy of many tensors into a new flat array: one C++ call, not one per tensor.
-
-    Callers run it with autograd off (``torch._C._set_grad_enabled``): the
-    ``no_grad`` context manager would cost as much as the copy itself.
-    """
-    if not tensors:
-        return EMPTY
-    flat = _flatten_dense_tensors(tensors)
-    if len(tensors) == 1:
-        flat = flat.clone()  # a single tensor comes back as a view of itself
-    return (flat if flat.device.type == "cpu" else flat.cpu()).numpy()
 
 
 class Run:
@@ -63,8 +47,7 @@ class Run:
                     self._phase_tensors[name], lr=spec.optimizer.lr, **spec.optimizer.options
                 )
         self._fresh: dict[int, torch.Tensor] = {}
-        for i, p in enumerate(self.tensors):
-            p.register_hook(self._hook(i))
+        self._hooks: list[Any] = []
         self._live_loss: dict[str, torch.Tensor] = {}
         self.last_loss: float | None = None
         self.status: Literal["running", "diverged", "error"] = "running"
@@ -72,8 +55,24 @@ class Run:
         self.grad_norm = 0.0
         self.param_norm = 0.0
         self._state_cache: tuple[tuple[int, ...], Any] | None = None
+        self._views: tuple[list[torch.Tensor], list[np.ndarray] | None] = ([], None)
+        # Parameters are only ever changed in place, so views of them stay valid.
+        self._param_views = numpy_views(self.tensors)
         self._on_gpu = device.type != "cpu"
         self.current = self.capture()
+
+    def _catch_fresh_grads(self, on: bool) -> None:
+        """Register (or remove) the hooks that keep what each backward delivers.
+
+        Only full records show it; elsewhere the hooks would cost a Python call
+        per parameter per backward.
+        """
+        if on:
+            self._hooks = [p.register_hook(self._hook(i)) for i, p in enumerate(self.tensors)]
+        else:
+            for handle in self._hooks:
+                handle.remove()
+            self._hooks = []
 
     def _hook(self, i: int) -> Any:
         def keep(grad: torch.Tensor) -> None:
@@ -147,6 +146,8 @@ class Run:
         In ``full`` mode the result is what the history keeps of the op.
         """
         prior = self.current
+        if (mode == "full") != bool(self._hooks):
+            self._catch_fresh_grads(mode == "full")
         try:
             self._perform(slot, iteration)
         except Exception as exc:
@@ -157,35 +158,44 @@ class Run:
             return None
         if slot.op == "forward" and self.last_loss is not None and not math.isfinite(self.last_loss):
             self.status = "diverged"
-        grad_mode = torch.is_grad_enabled()
-        torch._C._set_grad_enabled(False)
-        try:
-            if mode == "bare":
-                if slot.op == "step" and not np.isfinite(_flat(self.tensors)).all():
-                    self.status = "diverged"
-                return None
-            if mode == "light":
-                self._measure(slot.op)
-                return None
+        if mode == "full":
             return self._capture_op(slot, iteration, tick, prior)
-        finally:
-            torch._C._set_grad_enabled(grad_mode)
+        if mode == "bare":
+            if slot.op == "step" and not math.isfinite(self._param_norm()):
+                self.status = "diverged"
+            return None
+        self._measure(slot.op)
+        return None
 
     # ------------------------------------------------------------ recording
+    def _copy(self, tensors: list[torch.Tensor]) -> np.ndarray:
+        """:func:`flat_copy`, through numpy views kept while ``tensors`` stay the same objects.
+
+        Parameters and optimizer state are changed in place, so their views
+        stay valid for a whole run; the copy is then one numpy call.
+        """
+        known, views = self._views
+        if len(known) != len(tensors) or not all(map(operator.is_, known, tensors)):
+            views = numpy_views(tensors)
+            self._views = (tensors, views)
+        if views is None:
+            return flat_copy(tensors)
+        return join(views) if views else EMPTY
+
     def _grads(self) -> tuple[np.ndarray, tuple[bool, ...]]:
         grads = [p.grad for p in self.tensors]
-        present = tuple(g is not None for g in grads)
-        return _flat([g for g in grads if g is not None]), present
+        present = tuple([g is not None for g in grads])
+        return flat_copy([g for g in grads if g is not None]), present
 
-    def _state_layout(self) -> tuple[list[tuple[Any, Any, bool]], tuple, tuple]:
-        """Where each optimizer-state tensor lives (and whether it needs a float copy).
+    def _state_layout(self) -> tuple[list[tuple[Any, Any]], tuple, tuple]:
+        """Where each optimizer-state tensor lives.
 
         Rebuilt only when entries appear, which happens at the first steps.
         """
         sizes = tuple(len(opt.state) for opt in self.optimizers.values())
         if self._state_cache is not None and self._state_cache[0] == sizes:
             return self._state_cache[1]
-        refs: list[tuple[Any, Any, bool]] = []
+        refs: list[tuple[Any, Any]] = []
         keys: list[tuple[str, str, tuple[int, ...], str]] = []
         other: list[tuple[str, str, Any]] = []
         for opt in self.optimizers.values():
@@ -197,20 +207,16 @@ class Run:
                         if isinstance(value, torch.Tensor):
                             where = "cpu" if value.device.type == "cpu" else "param"
                             keys.append((name, key, tuple(value.shape), f"{value.dtype}@{where}"))
-                            refs.append((entries, key, value.dtype != torch.float32))
+                            refs.append((entries, key))
                         else:
                             other.append((name, key, value))
         layout = (refs, tuple(keys), tuple(other))
         self._state_cache = (sizes, layout)
         return layout
 
-    def _state(self) -> tuple[tuple, np.ndarray, tuple]:
-        refs, keys, other = self._state_layout()
-        return keys, _flat(self._state_tensors(refs)), other
-
     @staticmethod
-    def _state_tensors(refs: list[tuple[Any, Any, bool]]) -> list[torch.Tensor]:
-        return [entries[key].float() if convert else entries[key] for entries, key, convert in refs]
+    def _state_tensors(refs: list[tuple[Any, Any]]) -> list[torch.Tensor]:
+        return [entries[key] for entries, key in refs]
 
     @property
     def grads_unread_at_iteration_start(self) -> bool:
@@ -233,22 +239,25 @@ class Run:
         With ``grads=False`` every ``.grad`` is recorded as ``None`` (see
         :attr:`grads_unread_at_iteration_start`).
         """
-        grad_mode = torch.is_grad_enabled()
-        torch._C._set_grad_enabled(False)
-        try:
-            grad_flat, present = self._grads() if grads else (EMPTY, (False,) * len(self.tensors))
-            keys, state_flat, other = self._state()
-            params = _flat(self.tensors)
-        finally:
-            torch._C._set_grad_enabled(grad_mode)
+        grad_flat, present = self._grads() if grads else (EMPTY, (False,) * len(self.tensors))
+        refs, keys, other = self._state_layout()
+        state_flat = flat_copy(self._state_tensors(refs))
+        params = flat_copy(self.tensors)
         return _make(Snapshot, self.layout, params, grad_flat, present, keys, state_flat, other, self.lrs())
+
+    def _param_norm(self) -> float:
+        """Norm of all parameters now; inf or nan when one of them is."""
+        views = self._param_views
+        return _norm(views) if views is not None else _torch_norm(self.tensors)
 
     def _measure(self, op: str) -> None:
         """Light recording: only the norms the timeline plots."""
         if op in ("zero_grad", "backward"):
-            self.grad_norm = _torch_norm([p.grad for p in self.tensors if p.grad is not None])
+            grads = [p.grad for p in self.tensors if p.grad is not None]
+            views = numpy_views(grads)
+            self.grad_norm = _norm(views) if views is not None else _torch_norm(grads)
         elif op == "step":
-            self.param_norm = _torch_norm(self.tensors)
+            self.param_norm = self._param_norm()
             if not math.isfinite(self.param_norm):
                 self.status = "diverged"
 
@@ -258,7 +267,7 @@ class Run:
         snap = p = prior
         if op in ("zero_grad", "backward"):
             grad_flat, present = self._grads()
-            if grad_flat.size or any(p.grad_present):
+            if present != p.grad_present or any(present):
                 snap = _make(
                     Snapshot, p.layout, p.param_flat, grad_flat, present, p.state_keys, p.state_flat,
                     p.state_other, p.lr,
@@ -271,9 +280,9 @@ class Run:
                     fresh = tuple(_cpu(t) for t in fresh)
         elif op == "step":
             refs, keys, other = self._state_layout()
-            both = _flat(self.tensors + self._state_tensors(refs))
+            both = self._copy(self.tensors + self._state_tensors(refs))
             params, state_flat = both[: self.layout.total], both[self.layout.total :]
-            if not np.isfinite(params).all():
+            if not _all_finite(params):
                 self.status = "diverged"
             lrs = self.lrs()
             snap = _make(
@@ -335,11 +344,38 @@ class Run:
         self.current = snap
 
 
+def _all_finite(a: np.ndarray) -> bool:
+    """True when no element is inf or nan.
+
+    A dot product carries any inf or nan through in one BLAS call; only when it
+    is not finite (which a huge but finite value can also cause) is each element looked at.
+    """
+    return math.isfinite(a.dot(a)) or bool(np.isfinite(a).all())
+
+
 def _cpu(t: torch.Tensor | None) -> torch.Tensor | None:
     return t if t is None or t.device.type == "cpu" else t.cpu()
 
 
+def _norm(views: Sequence[np.ndarray]) -> float:
+    """Euclidean norm of all ``views`` together.
+
+    Single-precision dot products, redone in double where one overflows, so
+    the result is inf or nan only when an element is.
+    """
+    total = 0.0
+    for v in views:
+        square = float(v.dot(v))
+        if not math.isfinite(square):
+            wide = v.astype(np.float64)
+            square = float(wide.dot(wide))
+        total += square
+    return math.sqrt(total)
+
+
 def _torch_norm(tensors: Sequence[torch.Tensor]) -> float:
+    """Euclidean norm of all ``tensors`` together (where numpy cannot see them: GPU, bfloat16)."""
     if not tensors:
         return 0.0
-    return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(list(tensors)))))
+    with torch.no_grad():
+        return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(list(tensors)))))

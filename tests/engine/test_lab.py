@@ -11,6 +11,7 @@ import pytest
 
 from gradviz.engine import Lab, OpRecord, load_builtin, loads_scenario
 from gradviz.engine.errors import DeviceError
+from gradviz.engine.record import PackedSnapshot
 
 from .helpers import builtin_lab
 
@@ -34,6 +35,12 @@ def _same(a: OpRecord, b: OpRecord) -> None:
         assert a.state[k].keys() == b.state[k].keys()
         for key in a.state[k]:
             np.testing.assert_array_equal(a.state[k][key], b.state[k][key])
+    assert (a.fresh_grads is None) == (b.fresh_grads is None)
+    for k, fresh in (a.fresh_grads or {}).items():
+        other = b.fresh_grads[k]  # type: ignore[index]
+        assert (fresh is None) == (other is None)
+        if fresh is not None:
+            np.testing.assert_array_equal(fresh, other)
 
 
 def test_the_same_seed_gives_the_same_history_and_another_seed_another():
@@ -102,6 +109,22 @@ def test_large_models_keep_keyframes_and_rebuild_any_op_exactly():
     np.testing.assert_allclose(h.loss, [np.nan if r.loss is None else r.loss for r in reference])
     # Keyframes, not full records, are what a large model keeps.
     assert len(h.keyframes) == 3
+
+
+def test_packed_keyframes_come_back_bit_for_bit_in_less_memory():
+    lab = Lab(loads_scenario(MLP, "test"), record="full")
+    lab.run_iterations(3)
+    snap = lab.runs[0].capture()
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 1e-45, 3.4e38], np.float32)
+    snap.param_flat.flags.writeable = True
+    snap.param_flat[: len(specials)] = specials
+    packed = PackedSnapshot(snap)
+    back = packed.unpack()
+    for name in ("param_flat", "grad_flat", "state_flat"):
+        assert getattr(back, name).view(np.uint32).tolist() == getattr(snap, name).view(np.uint32).tolist()
+    assert (back.grad_present, back.state_keys, back.lr) == (snap.grad_present, snap.state_keys, snap.lr)
+    raw = sum(a.nbytes for a in (snap.param_flat, snap.grad_flat, snap.state_flat))
+    assert packed.nbytes < 0.9 * raw
 
 
 def test_divergence_marks_the_run_stops_it_and_lets_the_others_go_on():
