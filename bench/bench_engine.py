@@ -87,7 +87,8 @@ def memory_per_iteration(text: str, iterations: int) -> tuple[float, int, str]:
     for run in lab.runs:
         h = lab.history[run.name]
         if h.keep_records:
-            grown += sum(t.nbytes for rec in h.records for t in rec.fresh or () if t is not None)
+            caught = (rec.fresh for rec in h.records if isinstance(rec.fresh, tuple))
+            grown += sum(t.nbytes for fresh in caught for t in fresh if t is not None)
     return grown / iterations, lab.keyframe_every, lab.mode
 
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar, overload
 import numpy as np
 import torch
 
+from gradviz.engine.copying import HeldGrads
 from gradviz.engine.scenario import Op
 
 T = TypeVar("T")
@@ -76,44 +77,6 @@ def numpy_of(t: torch.Tensor) -> np.ndarray:
     return a
 
 
-EMPTY = np.zeros(0, dtype=np.float32)
-EMPTY.flags.writeable = False
-
-
-def numpy_views(tensors: Sequence[torch.Tensor]) -> list[np.ndarray] | None:
-    """Flat numpy arrays sharing the tensors' memory; ``None`` where numpy cannot share one
-    (a GPU tensor, bfloat16, a strided view)."""
-    views = []
-    for t in tensors:
-        if not t.is_cpu:
-            return None
-        try:
-            a = (t.detach() if t.requires_grad else t).numpy()
-        except TypeError:  # a dtype numpy lacks
-            return None
-        if not a.flags.c_contiguous:
-            return None
-        views.append(a.reshape(-1))
-    return views
-
-
-def join(views: Sequence[np.ndarray]) -> np.ndarray:
-    """One new float32 array holding ``views`` end to end."""
-    flat = np.concatenate(views) if len(views) > 1 else views[0].copy()
-    return flat if flat.dtype == np.float32 else flat.astype(np.float32)
-
-
-def flat_copy(tensors: Sequence[torch.Tensor]) -> np.ndarray:
-    """One copy of many tensors into a new flat float32 array, on the CPU."""
-    if not tensors:
-        return EMPTY
-    views = numpy_views(tensors)
-    if views is not None:
-        return join(views)
-    flat = torch.cat([t.detach().reshape(-1).float() for t in tensors])
-    return flat.cpu().numpy()
-
-
 @dataclass(frozen=True, eq=False)
 class Snapshot:
     """The full state of a run at one moment, copied from the real tensors.
@@ -124,12 +87,18 @@ class Snapshot:
 
     layout: Layout
     param_flat: np.ndarray
-    grad_flat: np.ndarray
+    grad_data: np.ndarray | HeldGrads
     grad_present: tuple[bool, ...]
     state_keys: tuple[tuple[str, str, tuple[int, ...], str], ...]
     state_flat: np.ndarray
     state_other: tuple[tuple[str, str, Any], ...]
     lr: Mapping[str, float]
+
+    @property
+    def grad_flat(self) -> np.ndarray:
+        """Every present ``.grad``, end to end."""
+        data = self.grad_data
+        return data if isinstance(data, np.ndarray) else data.flat()
 
     @cached_property
     def params(self) -> dict[str, np.ndarray]:
@@ -199,6 +168,9 @@ class OpRecord:
     ``grads[name] is None`` means PyTorch's ``.grad`` was ``None``, which is not
     the same as a tensor of zeros. ``fresh_grads`` (``backward`` only) holds what
     this call alone delivered to each ``.grad``; ``None`` where it added nothing.
+    ``fresh`` is what hooks caught of it, or ``True`` where every ``.grad`` was
+    ``None`` before the call: autograd then sets ``.grad`` to exactly what it
+    delivers, so the new ``.grad`` is the fresh gradient.
     """
 
     run: str
@@ -214,7 +186,7 @@ class OpRecord:
     diverged: bool
     error: str | None
     snapshot: Snapshot
-    fresh: tuple[torch.Tensor | None, ...] | None = None
+    fresh: tuple[torch.Tensor | None, ...] | bool | None = None
     prior: Snapshot | None = None
 
     @classmethod
@@ -252,8 +224,10 @@ class OpRecord:
     def fresh_grads(self) -> dict[str, np.ndarray | None] | None:
         if self.fresh is None:
             return None
+        if self.fresh is True:
+            return self.grads
         out: dict[str, np.ndarray | None] = {}
-        for name, t in zip(self.snapshot.layout.names, self.fresh, strict=True):
+        for name, t in zip(self.snapshot.layout.names, self.fresh, strict=True):  # type: ignore[arg-type]
             out[name] = None if t is None else numpy_of(t)
         return out
 

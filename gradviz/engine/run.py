@@ -10,8 +10,9 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from gradviz.engine.copying import EMPTY, HeldGrads, flat_copy, join, numpy_views
 from gradviz.engine.loop import OpSlot, build_program
-from gradviz.engine.record import EMPTY, Entry, Layout, Snapshot, _make, flat_copy, join, numpy_views
+from gradviz.engine.record import Entry, Layout, Snapshot, _make
 from gradviz.engine.scenario import RunSpec, Scenario
 from gradviz.engine.zoo import Batch, Phase, build_task
 
@@ -56,6 +57,7 @@ class Run:
         self.param_norm = 0.0
         self._state_cache: tuple[tuple[int, ...], Any] | None = None
         self._views: tuple[list[torch.Tensor], list[np.ndarray] | None] = ([], None)
+        self._held: list[HeldGrads] = []
         # Parameters are only ever changed in place, so views of them stay valid.
         self._param_views = numpy_views(self.tensors)
         self._on_gpu = device.type != "cpu"
@@ -65,7 +67,8 @@ class Run:
         """Register (or remove) the hooks that keep what each backward delivers.
 
         Only full records show it; elsewhere the hooks would cost a Python call
-        per parameter per backward.
+        per parameter per backward, and holding the delivered tensor makes
+        autograd copy it into ``.grad`` instead of taking it.
         """
         if on:
             self._hooks = [p.register_hook(self._hook(i)) for i, p in enumerate(self.tensors)]
@@ -146,8 +149,13 @@ class Run:
         In ``full`` mode the result is what the history keeps of the op.
         """
         prior = self.current
-        if (mode == "full") != bool(self._hooks):
-            self._catch_fresh_grads(mode == "full")
+        if self._held and (slot.op == "backward" or (slot.op == "zero_grad" and not self.loop.set_to_none)):
+            self._copy_held()  # the op may write them in place
+        if slot.op == "backward":
+            # Hooks are needed only where the call adds to an existing .grad (see OpRecord.fresh).
+            adding = mode == "full" and any(p.grad is not None for p in self.tensors)
+            if adding != bool(self._hooks):
+                self._catch_fresh_grads(adding)
         try:
             self._perform(slot, iteration)
         except Exception as exc:
@@ -182,10 +190,20 @@ class Run:
             return flat_copy(tensors)
         return join(views) if views else EMPTY
 
-    def _grads(self) -> tuple[np.ndarray, tuple[bool, ...]]:
-        grads = [p.grad for p in self.tensors]
-        present = tuple([g is not None for g in grads])
-        return flat_copy([g for g in grads if g is not None]), present
+    def _grads(self, hold: bool = False) -> tuple[np.ndarray | HeldGrads, tuple[bool, ...]]:
+        """Every ``.grad`` now: copied, or with ``hold`` kept by reference until the next op."""
+        maybe = [p.grad for p in self.tensors]
+        present = tuple([g is not None for g in maybe])
+        grads = [g for g in maybe if g is not None]
+        if not hold or not grads:
+            return flat_copy(grads), present
+        self._held.append(HeldGrads(grads))
+        return self._held[-1], present
+
+    def _copy_held(self) -> None:
+        for held in self._held:
+            held.flat()
+        self._held.clear()
 
     def _state_layout(self) -> tuple[list[tuple[Any, Any]], tuple, tuple]:
         """Where each optimizer-state tensor lives.
@@ -263,16 +281,20 @@ class Run:
 
     def _capture_op(self, slot: OpSlot, iteration: int, tick: int, prior: Snapshot) -> Entry:
         op = slot.op
-        fresh = None
+        fresh: tuple | bool | None = None
         snap = p = prior
+        if self._held:
+            self._copy_held()
         if op in ("zero_grad", "backward"):
-            grad_flat, present = self._grads()
+            grads, present = self._grads(hold=True)
             if present != p.grad_present or any(present):
                 snap = _make(
-                    Snapshot, p.layout, p.param_flat, grad_flat, present, p.state_keys, p.state_flat,
+                    Snapshot, p.layout, p.param_flat, grads, present, p.state_keys, p.state_flat,
                     p.state_other, p.lr,
                 )  # fmt: skip
-            if op == "backward":
+            if op == "backward" and not self._hooks:
+                fresh = True
+            elif op == "backward":
                 # The hook's tensors are never written again (holding them stops autograd
                 # from reusing them as .grad), so references are as good as copies.
                 fresh = tuple(map(self._fresh.get, range(len(self.tensors))))
@@ -286,7 +308,7 @@ class Run:
                 self.status = "diverged"
             lrs = self.lrs()
             snap = _make(
-                Snapshot, p.layout, params, p.grad_flat, p.grad_present, keys, state_flat, other,
+                Snapshot, p.layout, params, p.grad_data, p.grad_present, keys, state_flat, other,
                 p.lr if lrs == p.lr else lrs,
             )  # fmt: skip
         self.current = snap
@@ -334,6 +356,7 @@ class Run:
             for group in opt.param_groups:
                 group["lr"] = snap.lr[name]
         self._state_cache = None
+        self._held.clear()
         self._live_loss.clear()
         self._fresh.clear()
         self.last_loss = loss
