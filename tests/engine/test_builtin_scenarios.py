@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gradviz.engine import Lab, builtin_names, load_builtin
+from gradviz.engine import Lab, builtin_names, load_builtin, loads_scenario
 
 from .helpers import builtin_lab, records_by_run
 
@@ -242,3 +242,41 @@ def test_adam_state_is_the_optimizers_own():
         assert step.state[name]["step"].item() == state["step"].item() == 2.0
         np.testing.assert_array_equal(step.state[name]["exp_avg"], state["exp_avg"].numpy())
         np.testing.assert_array_equal(step.state[name]["exp_avg_sq"], state["exp_avg_sq"].numpy())
+
+
+ZEROES_RIGHT_AFTER_BACKWARD = """
+[model]
+kind = "linear"
+[data]
+kind = "line"
+[optimizer]
+kind = "SGD"
+lr = 0.05
+momentum = 0.9
+[[runs]]
+name = "odd"
+order = ["forward", "backward", "zero_grad", "step"]
+set_to_none = false
+"""
+
+
+@pytest.mark.parametrize("name", [*builtin_names(), "zeroes-right-after-backward"])
+def test_every_backward_adds_exactly_its_fresh_gradient_to_grad(name):
+    if name == "zeroes-right-after-backward":
+        lab = Lab(loads_scenario(ZEROES_RIGHT_AFTER_BACKWARD, "test"))
+    else:
+        lab = builtin_lab(name)
+    # Read only after stepping on: each .grad must have been copied before PyTorch wrote it again.
+    backwards = [rec for rec in lab.iterate(6) if rec.op == "backward"]
+    assert backwards
+    for rec in backwards:
+        for param, grad in rec.grads.items():
+            fresh, stale = rec.fresh_grads[param], rec.stale_grads[param]
+            if fresh is None:
+                assert (grad is None) == (stale is None)
+                if grad is not None:
+                    np.testing.assert_array_equal(grad, stale)
+            elif stale is None:
+                np.testing.assert_array_equal(grad, fresh)
+            else:
+                np.testing.assert_array_equal(grad, stale + fresh)
