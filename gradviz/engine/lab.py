@@ -84,6 +84,7 @@ class Lab:
             for run in self.runs:
                 self.history[run.name].keyframes[0] = (run.current, None)
         self._shadows: dict[str, Run] = {}
+        self._shadow_at: dict[str, int] = {}  # the tick each shadow last performed
 
     # ---------------------------------------------------------------- stepping
     @property
@@ -171,15 +172,24 @@ class Lab:
             yield from self.step()
 
     # ------------------------------------------------------------ going back
-    def _replay(self, run: Run, r: int, to_tick: int, full_from: int | None = None) -> tuple | None:
-        """Restore ``run`` from the keyframe before ``to_tick`` and perform ops up to it."""
-        h = self.history[run.name]
-        iteration = max(to_tick, 0) // self.ticks_per_iteration
-        start = max(k for k in h.keyframes if k <= iteration)
-        run.restore(*h.keyframe(start))
+    def _keyframe_tick(self, run_name: str, tick: int) -> int:
+        """The first tick of the keyframe a replay to ``tick`` starts from."""
+        iteration = max(tick, 0) // self.ticks_per_iteration
+        return max(k for k in self.history[run_name].keyframes if k <= iteration) * self.ticks_per_iteration
+
+    def _replay(
+        self, run: Run, r: int, to_tick: int, full_from: int | None = None, resume_after: int | None = None
+    ) -> tuple | None:
+        """Perform ``run``'s ops up to ``to_tick``: from the keyframe before it, or on from
+        ``resume_after`` (a tick ``run`` has just performed)."""
+        if resume_after is None:
+            first = self._keyframe_tick(run.name, to_tick)
+            run.restore(*self.history[run.name].keyframe(first // self.ticks_per_iteration))
+        else:
+            first = resume_after + 1
         last = None
-        capturing = False
-        for t in range(start * self.ticks_per_iteration, to_tick + 1):
+        capturing = resume_after is not None and full_from is not None and resume_after >= full_from
+        for t in range(first, to_tick + 1):
             it, s = divmod(t, self.ticks_per_iteration)
             slot = self.schedule[s][r]
             if slot is None or not run.active:
@@ -198,6 +208,7 @@ class Lab:
         the same batches and the same arithmetic.
         """
         tick = max(-1, min(tick, self.tick - 1))
+        self._shadow_at.clear()
         for r, run in enumerate(self.runs):
             h = self.history[run.name]
             self._replay(run, r, tick)
@@ -221,8 +232,13 @@ class Lab:
             shadow = self._shadows[run_name] = Run(self.scenario.runs[r], self.scenario, self.device)
         tick = h.ticks[index]
         start = (tick // self.ticks_per_iteration) * self.ticks_per_iteration
-        entry = self._replay(shadow, r, tick, full_from=start)
+        # Going on from the last rebuild is cheaper than from the keyframe when it lies
+        # between them: views asking for an op and then the next one pay for one replay.
+        at = self._shadow_at.pop(run_name, None)
+        resume = at if at is not None and self._keyframe_tick(run_name, tick) <= at < tick else None
+        entry = self._replay(shadow, r, tick, full_from=start, resume_after=resume)
         assert entry is not None and entry[2] == tick
+        self._shadow_at[run_name] = tick
         return OpRecord.from_entry(run_name, index, entry)
 
     def record_at(self, run_name: str, tick: int) -> OpRecord | None:

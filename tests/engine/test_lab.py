@@ -12,6 +12,7 @@ import pytest
 from gradviz.engine import Lab, OpRecord, load_builtin, loads_scenario
 from gradviz.engine.errors import DeviceError
 from gradviz.engine.record import PackedSnapshot
+from gradviz.engine.run import Run
 
 from .helpers import builtin_lab
 
@@ -109,6 +110,33 @@ def test_large_models_keep_keyframes_and_rebuild_any_op_exactly():
     np.testing.assert_allclose(h.loss, [np.nan if r.loss is None else r.loss for r in reference])
     # Keyframes, not full records, are what a large model keeps.
     assert len(h.keyframes) == 3
+
+
+def test_rebuilding_op_after_op_goes_on_from_the_last_rebuild_and_stays_exact():
+    scenario = loads_scenario(MLP, "test")
+    light, full = Lab(scenario, record="light", keyframe_every=3), Lab(scenario, record="full")
+    reference = list(full.iterate(8))
+    light.run_iterations(8)
+    performed = []
+    shadow_execute = Run.execute
+
+    def counting(run, *args):
+        performed.append(run)
+        return shadow_execute(run, *args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Run, "execute", counting)
+        first = light.record("yours", 13)
+        before = len(performed)
+        for index in range(14, 31):  # on past the keyframe at iteration 6 (op 24)
+            _same(light.record("yours", index), reference[index])
+        # Each next op cost one op, not a replay from the keyframe.
+        assert len(performed) - before == 17
+        _same(first, reference[13])
+        _same(light.record("yours", 2), reference[2])  # going back replays from the keyframe
+        light.seek(20)
+        light.run_iterations(2)
+        _same(light.record("yours", 21), reference[21])
 
 
 def test_packed_keyframes_come_back_bit_for_bit_in_less_memory():
