@@ -304,7 +304,7 @@ class Run:
             refs, keys, other = self._state_layout()
             both = self._copy(self.tensors + self._state_tensors(refs))
             params, state_flat = both[: self.layout.total], both[self.layout.total :]
-            if not _all_finite(params):
+            if not math.isfinite(_norm((params,))):
                 self.status = "diverged"
             lrs = self.lrs()
             snap = _make(
@@ -365,15 +365,6 @@ class Run:
         self.grad_norm = float(np.linalg.norm(snap.grad_flat))
         self.param_norm = float(np.linalg.norm(snap.param_flat))
         self.current = snap
-
-
-def _all_finite(a: np.ndarray) -> bool:
-    """True when no element is inf or nan.
-
-    A dot product carries any inf or nan through in one BLAS call; only when it
-    is not finite (which a huge but finite value can also cause) is each element looked at.
-    """
-    return math.isfinite(a.dot(a)) or bool(np.isfinite(a).all())
 
 
 def _cpu(t: torch.Tensor | None) -> torch.Tensor | None:
