@@ -6,6 +6,7 @@ hit both alike. Printed: the time ratio, each time against the machine's limit
 (the grid's matmul GFLOP divided by the matmul GFLOP/s measured in this run)
 and gradviz's also against a limit that adds the activations (one sigmoid per
 hidden unit, data point and grid point, at the rate measured in this run),
+both rates measured in the same shuffled rounds as the timings (their median),
 gradviz's vmap method against its hand-batched one, the time to the first
 coarse picture, and the peak memory of one evaluation (in a fresh process).
 
@@ -61,15 +62,16 @@ def keep_freed_memory() -> bool:
     return bool(libc.mallopt(m_trim_threshold, 1 << 30) and libc.mallopt(m_mmap_threshold, 32 << 20))
 
 
-def matmul_gflops(seconds: float = 1.0) -> float:
-    """Best fp32 GEMM rate of this process now, in GFLOP/s (2048-square products)."""
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    torch.mm(a, b)
+def matmul_gflops(seconds: float = 1.0, shape: tuple[int, int, int] = (2048, 2048, 2048)) -> float:
+    """Best fp32 GEMM rate of this process now over ``seconds``, in GFLOP/s, for ``(m, k) @ (k, n)``."""
+    m, k, n = shape
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    out = torch.mm(a, b)
     best, end = 0.0, time.perf_counter() + seconds
     while time.perf_counter() < end:
         start = time.perf_counter()
-        torch.mm(a, b)
-        best = max(best, 2 * 2048**3 / (time.perf_counter() - start) / 1e9)
+        torch.mm(a, b, out=out)
+        best = max(best, 2 * m * k * n / (time.perf_counter() - start) / 1e9)
     return best
 
 
@@ -82,6 +84,19 @@ def sigmoid_rate(seconds: float = 0.5) -> float:
         x.sigmoid_()
         best = max(best, x.numel() / (time.perf_counter() - start))
     return best
+
+
+def machine_rates(width: int, n: int = 1000) -> tuple[float, float]:
+    """The matmul limit's GFLOP/s and the sigmoid rate, measured now (one short burst each).
+
+    The matmul rate is the better of big square products and the product each
+    grid point of this MLP needs (its ``width x width`` weights times the
+    ``width x n`` activations): the limit is what the machine reaches on the
+    work at hand, never less than its big-GEMM rate.
+    """
+    square = matmul_gflops(0.3)
+    shaped = matmul_gflops(0.3, (width, width, n))
+    return max(square, shaped), sigmoid_rate(0.2)
 
 
 def peak_memory(width: int, n: int, method: str, flags: list[str]) -> float:
@@ -148,24 +163,31 @@ def timed_rounds(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def bench(width: int, n: int, rounds: int, peak: float, rate: float, flags: list[str]) -> None:
+def bench(width: int, n: int, rounds: int, flags: list[str]) -> None:
     lab = Lab(loads_scenario(SCENARIO.format(width=width), "bench"))
     run = lab.runs[0]
     plane = L.plane_for(lab, "yours", "random", seed=0)
     loss = L.point_loss(lab, "yours", plane)
     gflop = n * n * loss.flops_per_point / 1e9
-    limit = gflop / peak
-    # The activations' transcendentals are not matmul work: a second floor counts them too.
-    activations = n * n * 1000 * 2 * width
-    floor = limit + activations / rate
     load = os.getloadavg()[0]
+    # The machine's rates are measured in the same shuffled rounds as the timings, so a
+    # load that comes and goes during the run hits the limit as it hits the timings.
+    rates: list[tuple[float, float]] = []
     med = timed_rounds(
         {
             "loss_landscapes": lambda: loss_landscapes_grid(lab, n),
             "gradviz": lambda: gradviz_grid(lab, plane, n),
+            "rates": lambda: rates.append(machine_rates(width)),
         },
         rounds,
     )
+    del med["rates"]
+    peak = statistics.median(r[0] for r in rates)
+    rate = statistics.median(r[1] for r in rates)
+    limit = gflop / peak
+    # The activations' transcendentals are not matmul work: a second floor counts them too.
+    activations = n * n * 1000 * 2 * width
+    floor = limit + activations / rate
     # The generic method on a smaller grid: it is slow, and only its ratio is wanted.
     small = max(2, n // 3)
     methods = timed_rounds(
@@ -179,6 +201,7 @@ def bench(width: int, n: int, rounds: int, peak: float, rate: float, flags: list
         f"MLP 2-{width}-{width}-1 ({run.layout.total} parameters), {n}x{n} grid, {gflop:.0f} GFLOP, "
         f"load average {load:.2f} -> {os.getloadavg()[0]:.2f}"
     )
+    print(f"  machine            {peak:7.0f} GFLOP/s matmul, {rate / 1e9:.2f} G sigmoids/s (round medians)")
     for name, t in med.items():
         print(f"  {name:18s} {t:7.2f} s   {t / limit:5.2f} x the matmul limit ({limit:.2f} s)")
     print(f"  gradviz            {med['gradviz'] / floor:7.2f} x the matmul + sigmoid limit ({floor:.2f} s)")
@@ -209,14 +232,13 @@ def main() -> None:
     random.seed(0)
     flags = ["--threads", str(args.threads), *(["--no-mallopt"] if args.no_mallopt else [])]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    peak, rate = matmul_gflops(), sigmoid_rate()
     print(
-        f"{args.threads} threads, load average {load:.2f}, matmul {peak:.0f} GFLOP/s, "
-        f"sigmoid {rate / 1e9:.2f} G elements/s, "
+        f"{args.threads} threads, load average {load:.2f}, matmul {matmul_gflops():.0f} GFLOP/s, "
+        f"sigmoid {sigmoid_rate() / 1e9:.2f} G elements/s, "
         f"mallopt {'on' if tuned else 'off'}, loss_landscapes {version('loss-landscapes')}"
     )
     for width in args.widths:
-        bench(width, args.n, args.rounds, peak, rate, flags)
+        bench(width, args.n, args.rounds, flags)
     print(f"matmul {matmul_gflops():.0f} GFLOP/s at the end")
 
 
