@@ -25,7 +25,7 @@ from gradviz.engine.scenario import Scenario
 FULL_RECORD_FLOATS = 4096
 # Bytes of packed keyframe per iteration that larger models may spend (with the
 # per-op columns this keeps a 17k-parameter MLP with Adam under 4 KB per iteration).
-KEYFRAME_BUDGET = 3900
+KEYFRAME_BUDGET = 3990
 
 
 def _line_up(keys: list[list[tuple]]) -> list[tuple]:

@@ -277,12 +277,13 @@ class RunHistory:
     def __init__(self, run: str, keep_records: bool) -> None:
         self.run = run
         self.keep_records = keep_records
-        self.ticks = array("q")
+        self.ticks = array("i")  # 4-byte columns: they are most of a large model's history
         self.entries: list[Entry] = []
         self.records = _Records(self)
         # Iteration -> (state at its start, the loss then); packed where memory is bounded.
         self.keyframes: dict[int, tuple[Snapshot | PackedSnapshot, float | None]] = {}
-        self._columns = {"loss": array("d"), "grad_norm": array("d"), "param_norm": array("d")}
+        # The loss exactly as PyTorch gave it; the norms only feed the timeline's plots.
+        self._columns = {"loss": array("d"), "grad_norm": array("f"), "param_norm": array("f")}
 
     def __len__(self) -> int:
         return len(self.ticks)
