@@ -124,6 +124,11 @@ class Snapshot:
         return out
 
 
+# Where a float32's sign and high exponent bits lie among its four bytes.
+_TOP_BYTE = 3 if sys.byteorder == "little" else 0
+_LOW_BYTES = [i for i in range(4) if i != _TOP_BYTE]
+
+
 class PackedSnapshot:
     """A :class:`Snapshot` in about 85% of its bytes, unpacked bit for bit on demand.
 
@@ -133,22 +138,19 @@ class PackedSnapshot:
     compressing them would cost several times as long for a few percent.
     """
 
-    _TOP = 3 if sys.byteorder == "little" else 0
-
     def __init__(self, snap: Snapshot) -> None:
         arrays = (snap.param_flat, snap.grad_flat, snap.state_flat)
         self._sizes = tuple(a.size for a in arrays)
         words = np.concatenate(arrays).view(np.uint8).reshape(-1, 4)
-        low = [i for i in range(4) if i != self._TOP]
-        self._low = words[:, low].copy()
-        self._top = zlib.compress(words[:, self._TOP].tobytes(), 1)
+        self._low = words[:, _LOW_BYTES].copy()
+        self._top = zlib.compress(words[:, _TOP_BYTE].tobytes(), 1)
         self._fields = (snap.layout, snap.grad_present, snap.state_keys, snap.state_other, snap.lr)
 
     def unpack(self) -> Snapshot:
         """The snapshot, exactly as it was packed."""
         words = np.empty((sum(self._sizes), 4), np.uint8)
-        words[:, [i for i in range(4) if i != self._TOP]] = self._low
-        words[:, self._TOP] = np.frombuffer(zlib.decompress(self._top), np.uint8)
+        words[:, _LOW_BYTES] = self._low
+        words[:, _TOP_BYTE] = np.frombuffer(zlib.decompress(self._top), np.uint8)
         flat = words.view(np.float32).reshape(-1)
         flat.flags.writeable = False
         n_params, n_grads, _ = self._sizes
@@ -224,10 +226,10 @@ class OpRecord:
     def fresh_grads(self) -> dict[str, np.ndarray | None] | None:
         if self.fresh is None:
             return None
-        if self.fresh is True:
+        if not isinstance(self.fresh, tuple):  # True: .grad is what the call delivered
             return self.grads
         out: dict[str, np.ndarray | None] = {}
-        for name, t in zip(self.snapshot.layout.names, self.fresh, strict=True):  # type: ignore[arg-type]
+        for name, t in zip(self.snapshot.layout.names, self.fresh, strict=True):
             out[name] = None if t is None else numpy_of(t)
         return out
 
@@ -277,7 +279,7 @@ class RunHistory:
     def __init__(self, run: str, keep_records: bool) -> None:
         self.run = run
         self.keep_records = keep_records
-        self.ticks = array("i")  # 4-byte columns: they are most of a large model's history
+        self.ticks = array("i")  # 4-byte columns: beside the keyframes, the rest of a large model's history
         self.entries: list[Entry] = []
         self.records = _Records(self)
         # Iteration -> (state at its start, the loss then); packed where memory is bounded.
