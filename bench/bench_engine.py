@@ -12,8 +12,10 @@ import random
 import statistics
 import time
 import tracemalloc
+from collections.abc import Callable
 
 from gradviz.engine.lab import Lab, set_threads
+from gradviz.engine.run import Run
 from gradviz.engine.scenario import loads_scenario
 
 LINEAR = """
@@ -92,12 +94,31 @@ def memory_per_iteration(text: str, iterations: int) -> tuple[float, int, str]:
     return grown / iterations, lab.keyframe_every, lab.mode
 
 
-def rebuild_times(lab: Lab, samples: int, repeats: int = 7) -> tuple[float, float]:
-    """Median time to rebuild the full record of a random op, and the worst case.
+def plain_loop(lab: Lab, iterations: int) -> Callable[[], None]:
+    """``iterations`` of the lab's loop written out plainly, on a fresh copy of its first run
+    (its model, optimizer and batches, none of the lab): the peer of a rebuild."""
+    run = Run(lab.scenario.runs[0], lab.scenario, lab.device)
+    (phase,) = run.phases.values()
+    (optimizer,) = run.optimizers.values()
+
+    def loop() -> None:
+        for i in range(iterations):
+            optimizer.zero_grad()
+            loss = run.task.loss(phase, run.task.batch(i), i, run.loop)
+            loss.item()
+            loss.backward()
+            optimizer.step()
+
+    return loop
+
+
+def rebuild_times(lab: Lab, samples: int, repeats: int = 7) -> tuple[float, float, float]:
+    """Median time to rebuild the full record of a random op, the worst case, and its peer.
 
     The worst case is the op farthest from the keyframe before it (the last op
     before the next keyframe): the median of ``repeats`` rebuilds of it, so that
-    one hiccup of a shared machine does not stand for the engine.
+    one hiccup of a shared machine does not stand for the engine. Its peer is
+    the same number of iterations as a plain PyTorch loop, timed in turns with it.
     """
     name = lab.runs[0].name
     h = lab.history[name]
@@ -110,12 +131,14 @@ def rebuild_times(lab: Lab, samples: int, repeats: int = 7) -> tuple[float, floa
         assert rec.index == index
     last_keyframe = max(k for k in h.keyframes if k < lab.iteration)
     farthest = h.index_at(last_keyframe * lab.ticks_per_iteration - 1)
-    worst = []
+    turns = {"rebuild": lambda: lab.record(name, farthest), "plain": plain_loop(lab, lab.keyframe_every)}
+    spent: dict[str, list[float]] = {key: [] for key in turns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        lab.record(name, farthest)
-        worst.append(time.perf_counter() - start)
-    return statistics.median(times), statistics.median(worst)
+        for key, call in turns.items():
+            start = time.perf_counter()
+            call()
+            spent[key].append(time.perf_counter() - start)
+    return statistics.median(times), statistics.median(spent["rebuild"]), statistics.median(spent["plain"])
 
 
 def main() -> None:
@@ -138,10 +161,14 @@ def main() -> None:
         )
         lab = Lab(loads_scenario(text, "bench"))
         lab.run_iterations(min(args.memory_iterations, 2000))
-        median, worst = rebuild_times(lab, 50)
+        median, worst, plain = rebuild_times(lab, 50)
         print(
             f"  rebuild one op             {median * 1e3:10.2f} ms for a random op, "
             f"{worst * 1e3:.2f} ms for the farthest from a keyframe (must be <= 50)"
+        )
+        print(
+            f"  the same {lab.keyframe_every} iteration(s) as a plain PyTorch loop "
+            f"{plain * 1e3:.2f} ms (rebuild / plain {worst / plain:.2f})"
         )
 
 
