@@ -81,8 +81,10 @@ def numpy_of(t: torch.Tensor) -> np.ndarray:
 class Snapshot:
     """The full state of a run at one moment, copied from the real tensors.
 
-    The flat arrays are copies that nothing writes to; the named views are
-    made on first access, so recording an op costs only the copies.
+    The flat arrays are copies that nothing writes to; ``.grad`` may still be
+    held by reference (:class:`HeldGrads`) and is copied on first read at the
+    latest. The named views are made on first access, so recording an op costs
+    only the copies.
     """
 
     layout: Layout
