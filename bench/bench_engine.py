@@ -14,6 +14,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 
+from gradviz.engine.copying import HeldGrads
 from gradviz.engine.lab import Lab, set_threads
 from gradviz.engine.run import Run
 from gradviz.engine.scenario import loads_scenario
@@ -52,7 +53,9 @@ def overhead(text: str, iterations: int, rounds: int) -> tuple[float, float, Lab
 
     Both labs live side by side and take turns in short chunks, in random
     order, so that drifts of a shared machine hit both alike; the ratio is
-    the median chunk time of one over the other's.
+    the median over rounds of the two chunk times' ratio in each round
+    (steadier than the ratio of their medians, which a drift longer than a
+    round but shorter than the run moves).
     """
     scenario = loads_scenario(text, "bench")
     labs = {"bare": Lab(scenario, record="bare"), "recorded": Lab(scenario)}
@@ -67,8 +70,8 @@ def overhead(text: str, iterations: int, rounds: int) -> tuple[float, float, Lab
             start = time.perf_counter()
             lab.run_iterations(iterations)
             times[name].append(time.perf_counter() - start)
-    recorded = statistics.median(times["recorded"])
-    return recorded / statistics.median(times["bare"]), iterations / recorded, labs["recorded"]
+    ratios = [r / b for r, b in zip(times["recorded"], times["bare"], strict=True)]
+    return statistics.median(ratios), iterations / statistics.median(times["recorded"]), labs["recorded"]
 
 
 def memory_per_iteration(text: str, iterations: int) -> tuple[float, int, str]:
@@ -76,8 +79,8 @@ def memory_per_iteration(text: str, iterations: int) -> tuple[float, int, str]:
 
     tracemalloc sees Python objects and numpy's arrays (where every copy the
     history keeps lives); PyTorch's allocator it does not see, so the tensors
-    that full records keep by reference (what each backward delivered) are
-    added by their size.
+    that full records keep by reference (what each backward delivered, and
+    ``.grad`` tensors held instead of copied) are added by their size.
     """
     lab = Lab(loads_scenario(text, "bench"))
     lab.run_iterations(1)
@@ -91,6 +94,8 @@ def memory_per_iteration(text: str, iterations: int) -> tuple[float, int, str]:
         if h.keep_records:
             caught = (rec.fresh for rec in h.records if isinstance(rec.fresh, tuple))
             grown += sum(t.nbytes for fresh in caught for t in fresh if t is not None)
+            grads = {id(e[7]): e[7] for e in h.entries if isinstance(e[7], HeldGrads)}  # each once
+            grown += sum(g.held_bytes for g in grads.values())
     return grown / iterations, lab.keyframe_every, lab.mode
 
 

@@ -16,7 +16,7 @@ import torch
 from gradviz.engine.devices import resolve_device
 from gradviz.engine.errors import ScenarioError
 from gradviz.engine.loop import OpSlot
-from gradviz.engine.record import History, OpRecord, PackedSnapshot, Snapshot
+from gradviz.engine.record import History, OpRecord, PackedSnapshot, RunHistory, Snapshot
 from gradviz.engine.run import Mode, Run
 from gradviz.engine.scenario import Scenario
 
@@ -100,20 +100,15 @@ class Lab:
     def run(self, name: str) -> Run:
         return next(r for r in self.runs if r.name == name)
 
-    def _keyframe(self, run: Run, iteration: int) -> None:
-        frames = self.history[run.name].keyframes
-        if self.mode == "full":
-            frames[iteration] = (run.current, run.last_loss)
-            return
-        if iteration == 0:
-            return  # the lab keeps the state it was built with
+    def _keyframe(self, run: Run, h: RunHistory, iteration: int) -> None:
+        """Keep a light run's state at the start of ``iteration`` if it is a keyframe's turn."""
         packed = None
         if not self.keyframe_every:
             packed = PackedSnapshot(run.capture(grads=not run.grads_unread_at_iteration_start))
             self.keyframe_every = max(1, math.ceil(packed.nbytes / KEYFRAME_BUDGET))
         if iteration % self.keyframe_every == 0:
             packed = packed or PackedSnapshot(run.capture(grads=not run.grads_unread_at_iteration_start))
-            frames[iteration] = (packed, run.last_loss)
+            h.keyframes[iteration] = (packed, run.last_loss)
 
     def advance(self) -> list[tuple[str, int]]:
         """Perform the next tick that has an op for some running run.
@@ -127,18 +122,24 @@ class Lab:
             for r, run in enumerate(self.runs):
                 if not run.active:
                     continue
-                if slot_index == 0 and self.mode != "bare":
-                    self._keyframe(run, iteration)
+                h = self.history[run.name]
+                # Iteration 0 starts from the state the lab was built with, kept already.
+                if slot_index == 0 and iteration and self.mode != "bare":
+                    if self.mode == "full":
+                        h.keyframes[iteration] = len(h.entries)  # the state the last entry left
+                    else:
+                        self._keyframe(run, h, iteration)
                 slot = self.schedule[slot_index][r]
                 if slot is None:
                     continue
-                h = self.history[run.name]
                 done.append((run.name, len(h)))
                 entry = run.execute(slot, iteration, self.tick, self.mode)
                 if entry is not None:
-                    h.append(self.tick, entry)
+                    # Appended here, not through a method: this runs for every op of a full lab.
+                    h.ticks.append(self.tick)
+                    h.entries.append(entry)
                 elif self.mode == "light":
-                    h.append(self.tick, None, run.last_loss, (run.grad_norm, run.param_norm))
+                    h.append(self.tick, run.last_loss, (run.grad_norm, run.param_norm))
             self.tick += 1
             if done:
                 return done
@@ -216,7 +217,7 @@ class Lab:
             for k in [k for k in h.keyframes if k * self.ticks_per_iteration > tick + 1]:
                 del h.keyframes[k]
             if self.mode == "full" and len(h):
-                run.current = h.entries[-1][6]
+                run.current = OpRecord.from_entry(run.name, len(h) - 1, h.entries[-1]).snapshot
             elif len(h):
                 run.grad_norm, run.param_norm = h.grad_norm[-1], h.param_norm[-1]
         self.tick = tick + 1

@@ -36,7 +36,7 @@ def _make(cls: type[T], *values: Any) -> T:
     instance dictionary in one call. The result is as frozen as any other.
     """
     obj = object.__new__(cls)
-    obj.__dict__.update(zip(cls.__dataclass_fields__, values, strict=False))  # type: ignore[attr-defined]
+    obj.__dict__.update(zip(cls.__match_args__, values, strict=False))  # type: ignore[attr-defined]
     return obj
 
 
@@ -77,38 +77,53 @@ def numpy_of(t: torch.Tensor) -> np.ndarray:
     return a
 
 
-@dataclass(frozen=True, eq=False)
-class Snapshot:
-    """The full state of a run at one moment, copied from the real tensors.
+@dataclass(frozen=True, eq=False, init=False)
+class Weights:
+    """What only a ``step`` (or a restore) changes: parameters, optimizer state, learning rates.
 
-    The flat arrays are copies that nothing writes to; ``.grad`` may still be
-    held by reference (:class:`HeldGrads`) and is copied on first read at the
-    latest. The named views are made on first access, so recording an op costs
-    only the copies.
+    Parameters and optimizer-state tensors are copied together, parameters
+    first, into ``data``: a float32 array, or its bytes where that copy is
+    cheaper (a step of a small model); the ops between two steps share one
+    ``Weights``.
     """
 
     layout: Layout
-    param_flat: np.ndarray
-    grad_data: np.ndarray | HeldGrads
-    grad_present: tuple[bool, ...]
+    data: np.ndarray | bytes
     state_keys: tuple[tuple[str, str, tuple[int, ...], str], ...]
-    state_flat: np.ndarray
     state_other: tuple[tuple[str, str, Any], ...]
     lr: Mapping[str, float]
 
-    @property
-    def grad_flat(self) -> np.ndarray:
-        """Every present ``.grad``, end to end."""
-        data = self.grad_data
-        return data if isinstance(data, np.ndarray) else data.flat()
+    def __init__(
+        self,
+        layout: Layout,
+        data: np.ndarray | bytes,
+        state_keys: tuple[tuple[str, str, tuple[int, ...], str], ...],
+        state_other: tuple[tuple[str, str, Any], ...],
+        lr: Mapping[str, float],
+    ) -> None:
+        # Filled in directly: a frozen dataclass's own __init__ sets fields one
+        # object.__setattr__ at a time, several times the cost of a small model's copy.
+        d = self.__dict__
+        d["layout"], d["data"], d["lr"] = layout, data, lr
+        d["state_keys"], d["state_other"] = state_keys, state_other
+
+    @cached_property
+    def flat(self) -> np.ndarray:
+        """Parameters and optimizer state end to end, read-only where kept as bytes."""
+        data = self.data
+        return data if isinstance(data, np.ndarray) else np.frombuffer(data, np.float32)
+
+    @cached_property
+    def param_flat(self) -> np.ndarray:
+        return self.flat[: self.layout.total]
+
+    @cached_property
+    def state_flat(self) -> np.ndarray:
+        return self.flat[self.layout.total :]
 
     @cached_property
     def params(self) -> dict[str, np.ndarray]:
         return self.layout.split(self.param_flat)
-
-    @cached_property
-    def grads(self) -> dict[str, np.ndarray | None]:
-        return self.layout.split(self.grad_flat, self.grad_present)
 
     @cached_property
     def state(self) -> dict[str, dict[str, Any]]:
@@ -126,6 +141,74 @@ class Snapshot:
         return out
 
 
+GradData = np.ndarray | HeldGrads
+
+
+def grad_flat_of(data: GradData) -> np.ndarray:
+    """Every present ``.grad`` end to end, copying held tensors if not yet copied."""
+    return data if isinstance(data, np.ndarray) else data.flat()
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class Snapshot:
+    """The full state of a run at one moment, copied from the real tensors.
+
+    The flat arrays are copies that nothing writes to; ``.grad`` may still be
+    held by reference (:class:`HeldGrads`) and is copied on first read at the
+    latest. The named views are made on first access, so recording an op costs
+    only the copies.
+    """
+
+    weights: Weights
+    grad_data: GradData
+    grad_present: tuple[bool, ...]
+
+    def __init__(self, weights: Weights, grad_data: GradData, grad_present: tuple[bool, ...]) -> None:
+        d = self.__dict__  # as in Weights
+        d["weights"], d["grad_data"], d["grad_present"] = weights, grad_data, grad_present
+
+    @property
+    def layout(self) -> Layout:
+        return self.weights.layout
+
+    @property
+    def param_flat(self) -> np.ndarray:
+        return self.weights.param_flat
+
+    @property
+    def state_flat(self) -> np.ndarray:
+        return self.weights.state_flat
+
+    @property
+    def state_keys(self) -> tuple[tuple[str, str, tuple[int, ...], str], ...]:
+        return self.weights.state_keys
+
+    @property
+    def state_other(self) -> tuple[tuple[str, str, Any], ...]:
+        return self.weights.state_other
+
+    @property
+    def lr(self) -> Mapping[str, float]:
+        return self.weights.lr
+
+    @property
+    def grad_flat(self) -> np.ndarray:
+        """Every present ``.grad``, end to end."""
+        return grad_flat_of(self.grad_data)
+
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        return self.weights.params
+
+    @cached_property
+    def grads(self) -> dict[str, np.ndarray | None]:
+        return self.layout.split(self.grad_flat, self.grad_present)
+
+    @property
+    def state(self) -> dict[str, dict[str, Any]]:
+        return self.weights.state
+
+
 # Where a float32's sign and high exponent bits lie among its four bytes.
 _TOP_BYTE = 3 if sys.byteorder == "little" else 0
 _LOW_BYTES = [i for i in range(4) if i != _TOP_BYTE]
@@ -141,24 +224,24 @@ class PackedSnapshot:
     """
 
     def __init__(self, snap: Snapshot) -> None:
-        arrays = (snap.param_flat, snap.grad_flat, snap.state_flat)
-        self._sizes = tuple(a.size for a in arrays)
-        words = np.concatenate(arrays).view(np.uint8).reshape(-1, 4)
+        w = snap.weights
+        grads = snap.grad_flat
+        self._weight_count = w.flat.size
+        words = np.concatenate((w.flat, grads)).view(np.uint8).reshape(-1, 4)
         self._low = words[:, _LOW_BYTES].copy()
         self._top = zlib.compress(words[:, _TOP_BYTE].tobytes(), 1)
-        self._fields = (snap.layout, snap.grad_present, snap.state_keys, snap.state_other, snap.lr)
+        self._fields = (w.layout, w.state_keys, w.state_other, w.lr, snap.grad_present)
 
     def unpack(self) -> Snapshot:
         """The snapshot, exactly as it was packed."""
-        words = np.empty((sum(self._sizes), 4), np.uint8)
+        words = np.empty((len(self._low), 4), np.uint8)
         words[:, _LOW_BYTES] = self._low
         words[:, _TOP_BYTE] = np.frombuffer(zlib.decompress(self._top), np.uint8)
         flat = words.view(np.float32).reshape(-1)
         flat.flags.writeable = False
-        n_params, n_grads, _ = self._sizes
-        params, grads, state = np.split(flat, [n_params, n_params + n_grads])
-        layout, present, keys, other, lr = self._fields
-        return _make(Snapshot, layout, params, grads, present, keys, state, other, lr)
+        weights, grads = np.split(flat, [self._weight_count])
+        layout, keys, other, lr, present = self._fields
+        return Snapshot(Weights(layout, weights, keys, other, lr), grads, present)
 
     @property
     def nbytes(self) -> int:
@@ -196,10 +279,12 @@ class OpRecord:
     @classmethod
     def from_entry(cls, run: str, index: int, entry: Entry) -> OpRecord:
         """The record of op ``index`` of ``run`` from what recording kept of it."""
-        slot, iteration, tick, loss, diverged, error, snap, fresh, prior = entry
+        slot, iteration, tick, loss, diverged, error, weights, grads, present, fresh, prior = entry
+        snap = Snapshot(weights, grads, present)
+        before = None if prior is None else Snapshot(weights, *prior)
         return _make(
             cls, run, index, tick, iteration, slot.micro, slot.phase, slot.op, slot.line,
-            (slot.first, slot.last), loss, diverged, error, snap, fresh, prior,
+            (slot.first, slot.last), loss, diverged, error, snap, fresh, before,
         )  # fmt: skip
 
     @property
@@ -242,8 +327,10 @@ class OpRecord:
 
 
 # What recording keeps of one op: (slot, iteration, tick, loss, diverged, error,
-# snapshot, fresh, prior). A plain tuple, because building the record object for
-# every op would cost more than the copies; records are made when read.
+# weights, grad data, grad present, fresh, prior) where prior is the (grad data,
+# grad present) a backward found. A plain tuple of what the run already holds,
+# because building objects for every op would cost more than the copies;
+# snapshots and records are made when read.
 Entry = tuple
 
 
@@ -284,34 +371,34 @@ class RunHistory:
         self.ticks = array("i")  # 4-byte columns: beside the keyframes, the rest of a large model's history
         self.entries: list[Entry] = []
         self.records = _Records(self)
-        # Iteration -> (state at its start, the loss then); packed where memory is bounded.
-        self.keyframes: dict[int, tuple[Snapshot | PackedSnapshot, float | None]] = {}
+        # Iteration -> (state at its start, the loss then), packed where memory is bounded;
+        # or, with full entries, the number of entries before it (the last one left that state).
+        self.keyframes: dict[int, tuple[Snapshot | PackedSnapshot, float | None] | int] = {}
         # The loss exactly as PyTorch gave it; the norms only feed the timeline's plots.
         self._columns = {"loss": array("d"), "grad_norm": array("f"), "param_norm": array("f")}
 
     def __len__(self) -> int:
         return len(self.ticks)
 
-    def append(self, tick: int, entry: Entry | None, loss: float | None = None, norms: tuple = ()) -> None:
-        """Add one op: its entry (full mode), or its loss and (grad, param) norms (light mode)."""
+    def append(self, tick: int, loss: float | None, norms: tuple[float, float]) -> None:
+        """Add one op of a light run: its loss and (grad, param) norms.
+
+        A full run's ops are added by appending to ``ticks`` and ``entries``.
+        """
         self.ticks.append(tick)
-        if entry is not None:
-            self.entries.append(entry)
-        else:
-            c = self._columns
-            c["loss"].append(math.nan if loss is None else loss)
-            c["grad_norm"].append(norms[0])
-            c["param_norm"].append(norms[1])
+        c = self._columns
+        c["loss"].append(math.nan if loss is None else loss)
+        c["grad_norm"].append(norms[0])
+        c["param_norm"].append(norms[1])
 
     def _column(self, name: str) -> array:
         col = self._columns[name]
         if self.keep_records:
             loss, grad, param = self._columns.values()
             for entry in self.entries[len(col) :]:
-                snap = entry[6]
                 loss.append(math.nan if entry[3] is None else entry[3])
-                grad.append(float(np.linalg.norm(snap.grad_flat)))
-                param.append(float(np.linalg.norm(snap.param_flat)))
+                grad.append(float(np.linalg.norm(grad_flat_of(entry[7]))))
+                param.append(float(np.linalg.norm(entry[6].param_flat)))
         return col
 
     @property
@@ -331,7 +418,13 @@ class RunHistory:
 
     def keyframe(self, iteration: int) -> tuple[Snapshot, float | None]:
         """The keyframe at the start of ``iteration`` (unpacked) and the loss then."""
-        snap, loss = self.keyframes[iteration]
+        kept = self.keyframes[iteration]
+        if isinstance(kept, int):
+            if kept == 0:
+                return self.keyframe(0)
+            entry = self.entries[kept - 1]
+            return Snapshot(entry[6], entry[7], entry[8]), entry[3]
+        snap, loss = kept
         return (snap.unpack() if isinstance(snap, PackedSnapshot) else snap), loss
 
     def index_at(self, tick: int) -> int:

@@ -5,18 +5,23 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
+from itertools import compress
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from gradviz.engine.copying import EMPTY, HeldGrads, flat_copy, join, numpy_views
+from gradviz.engine.copying import EMPTY, HeldGrads, byte_views, flat_copy, numpy_views
 from gradviz.engine.loop import OpSlot, build_program
-from gradviz.engine.record import Entry, Layout, Snapshot, _make
+from gradviz.engine.record import Entry, GradData, Layout, Snapshot, Weights
 from gradviz.engine.scenario import RunSpec, Scenario
 from gradviz.engine.zoo import Batch, Phase, build_task
 
 Mode = Literal["replay", "bare", "light", "full"]
+
+_GRAD = operator.attrgetter("grad")
+_STATE = operator.attrgetter("state")
+_LR = operator.itemgetter("lr")
 
 
 class Run:
@@ -55,13 +60,49 @@ class Run:
         self.error: str | None = None
         self.grad_norm = 0.0
         self.param_norm = 0.0
-        self._state_cache: tuple[tuple[int, ...], Any] | None = None
-        self._views: tuple[list[torch.Tensor], list[np.ndarray] | None] = ([], None)
+        self._state_cache: tuple[list[int], list[dict], list[Any], tuple, tuple] | None = None
+        # The optimizer-state tensors the views of parameters and state were made with.
+        self._views: tuple[list[torch.Tensor], list[memoryview] | None] = ([], None)
         self._held: list[HeldGrads] = []
+        self._nones = (None,) * len(self.tensors)
+        self._nones_present = (False,) * len(self.tensors)
+        self._all_present = (True,) * len(self.tensors)
         # Parameters are only ever changed in place, so views of them stay valid.
         self._param_views = numpy_views(self.tensors)
         self._on_gpu = device.type != "cpu"
+        self._grad_writers = self._ops_writing_grads()
+        self._first_groups = [opt.param_groups[0] for opt in self.optimizers.values()]
+        # The learning rates last read, raw and as recorded (one dictionary while they hold).
+        self._lrs: tuple[list[Any], dict[str, float]] = ([], {"lr": spec.optimizer.lr})
         self.current = self.capture()
+
+    def _ops_writing_grads(self) -> frozenset[str]:
+        """The ops that may write a ``.grad`` tensor in place, so that one held must be copied first.
+
+        ``backward`` adds to an existing ``.grad``; zeroing without
+        ``set_to_none`` zeroes it. torch.optim's multi-tensor and fused steps
+        (the default off the CPU) may use ``.grad`` as scratch: SGD with
+        Nesterov momentum adds the momentum into it.
+        """
+        ops = {"backward"}
+        if not self.loop.set_to_none:
+            ops.add("zero_grad")
+        device = self.tensors[0].device.type
+        for opt in self.optimizers.values():
+            for group in opt.param_groups:
+                foreach, fused = group.get("foreach"), group.get("fused")
+                if fused or foreach or (foreach is None and device != "cpu"):
+                    ops.add("step")
+        return frozenset(ops)
+
+    @property
+    def current(self) -> Snapshot:
+        """The state of this run after its last op."""
+        return Snapshot(self.weights, self.grad_data, self.grad_present)
+
+    @current.setter
+    def current(self, snap: Snapshot) -> None:
+        self.weights, self.grad_data, self.grad_present = snap.weights, snap.grad_data, snap.grad_present
 
     def _catch_fresh_grads(self, on: bool) -> None:
         """Register (or remove) the hooks that keep what each backward delivers.
@@ -87,11 +128,6 @@ class Run:
     @property
     def active(self) -> bool:
         return self.status == "running"
-
-    def lrs(self) -> dict[str, float]:
-        if not self.optimizers:
-            return {"lr": self.spec.optimizer.lr}
-        return {name: float(opt.param_groups[0]["lr"]) for name, opt in self.optimizers.items()}
 
     # ------------------------------------------------------------------ ops
     def _micro_batch(self, iteration: int, micro: int) -> Batch:
@@ -148,12 +184,11 @@ class Run:
         ``replay`` mode repeats ops already checked, so it skips the checks.
         In ``full`` mode the result is what the history keeps of the op.
         """
-        prior = self.current
-        if self._held and (slot.op == "backward" or (slot.op == "zero_grad" and not self.loop.set_to_none)):
-            self._copy_held()  # the op may write them in place
+        if self._held and slot.op in self._grad_writers:
+            self._copy_live_held()
         if slot.op == "backward":
             # Hooks are needed only where the call adds to an existing .grad (see OpRecord.fresh).
-            adding = mode == "full" and any(p.grad is not None for p in self.tensors)
+            adding = mode == "full" and any(map(operator.is_not, map(_GRAD, self.tensors), self._nones))
             if adding != bool(self._hooks):
                 self._catch_fresh_grads(adding)
         try:
@@ -167,7 +202,7 @@ class Run:
         if slot.op == "forward" and self.last_loss is not None and not math.isfinite(self.last_loss):
             self.status = "diverged"
         if mode == "full":
-            return self._capture_op(slot, iteration, tick, prior)
+            return self._capture_op(slot, iteration, tick)
         if mode == "bare":
             if slot.op == "step" and not math.isfinite(self._param_norm()):
                 self.status = "diverged"
@@ -176,44 +211,79 @@ class Run:
         return None
 
     # ------------------------------------------------------------ recording
-    def _copy(self, tensors: list[torch.Tensor]) -> np.ndarray:
-        """:func:`flat_copy`, through numpy views kept while ``tensors`` stay the same objects.
+    # Recording runs right after PyTorch's calls, with the processor's caches full of
+    # PyTorch: each Python frame and library call costs several times what it costs
+    # alone, so the code below keeps to few frames (map and C-level helpers, no
+    # comprehensions) and copies a step's state with one bytes join.
 
-        Parameters and optimizer state are changed in place, so their views
-        stay valid for a whole run; the copy is then one numpy call.
+    def _weights_now(self, cached: bool = False) -> Weights:
+        """Parameters, optimizer state and learning rates now, copied into one flat array.
+
+        With ``cached`` the copy goes through views kept while the optimizer's
+        state tensors stay the same objects: parameters and state are changed in
+        place, so the views stay valid for a whole run and a step's copy is one
+        ``bytes.join``.
         """
+        sizes = list(map(len, map(_STATE, self.optimizers.values())))
+        layout = self._state_cache
+        if layout is None or layout[0] != sizes:
+            layout = self._state_cache = (sizes, *self._state_layout())
+        _, dicts, names, keys, other = layout
+        state = list(map(operator.getitem, dicts, names))
+        lr_now = list(map(_LR, self._first_groups))
+        if lr_now != self._lrs[0]:
+            self._lrs = (lr_now, dict(zip(self.optimizers, map(float, lr_now), strict=True)))
+        lrs = self._lrs[1]
+        if not cached:
+            return Weights(self.layout, flat_copy(self.tensors + state), keys, other, lrs)
         known, views = self._views
-        if len(known) != len(tensors) or not all(map(operator.is_, known, tensors)):
-            views = numpy_views(tensors)
-            self._views = (tensors, views)
-        if views is None:
-            return flat_copy(tensors)
-        return join(views) if views else EMPTY
+        if len(known) != len(state) or not all(map(operator.is_, known, state)):
+            views = byte_views(self.tensors + state)
+            self._views = (state, views)
+        data = b"".join(views) if views is not None else flat_copy(self.tensors + state)
+        return Weights(self.layout, data, keys, other, lrs)
 
-    def _grads(self, hold: bool = False) -> tuple[np.ndarray | HeldGrads, tuple[bool, ...]]:
-        """Every ``.grad`` now: copied, or with ``hold`` kept by reference until the next op."""
-        maybe = [p.grad for p in self.tensors]
-        present = tuple([g is not None for g in maybe])
-        grads = [g for g in maybe if g is not None]
-        if not hold or not grads:
+    def _grads(self, hold: bool = False) -> tuple[GradData, tuple[bool, ...]]:
+        """Every ``.grad`` now: copied, or with ``hold`` kept by reference (see :meth:`_copy_live_held`)."""
+        maybe = list(map(_GRAD, self.tensors))
+        present = tuple(map(operator.is_not, maybe, self._nones))
+        if present == self._nones_present:
+            self._held.clear()  # no held tensor can be any parameter's .grad now
+            return EMPTY, self._nones_present
+        grads = maybe if present == self._all_present else list(compress(maybe, present))
+        if not hold:
             return flat_copy(grads), present
-        self._held.append(HeldGrads(grads))
-        return self._held[-1], present
+        held = HeldGrads(grads)
+        self._held.append(held)
+        return held, present
 
     def _copy_held(self) -> None:
         for held in self._held:
             held.flat()
         self._held.clear()
 
-    def _state_layout(self) -> tuple[list[tuple[Any, Any]], tuple, tuple]:
-        """Where each optimizer-state tensor lives.
+    def _copy_live_held(self) -> None:
+        """Copy the held ``.grad`` tensors that are still some parameter's ``.grad``; forget the rest.
 
-        Rebuilt only when entries appear, which happens at the first steps.
+        Called before an op that may write a ``.grad`` in place. A tensor that is
+        no longer any parameter's ``.grad`` (``zero_grad`` set it to ``None``) is
+        out of PyTorch's reach, so the reference stays as good as a copy: a
+        standard loop records every ``.grad`` without copying it at all.
         """
-        sizes = tuple(len(opt.state) for opt in self.optimizers.values())
-        if self._state_cache is not None and self._state_cache[0] == sizes:
-            return self._state_cache[1]
-        refs: list[tuple[Any, Any]] = []
+        live = set(map(id, map(_GRAD, self.tensors)))
+        for held in self._held:
+            if held.holds_any(live):
+                held.flat()
+        self._held.clear()
+
+    def _state_layout(self) -> tuple[list[dict], list[Any], tuple, tuple]:
+        """Where each optimizer-state tensor lives: its entry dictionary and key, and what the
+        snapshot calls it; and the state that is not a tensor.
+
+        Made again only when entries appear, which happens at the first steps.
+        """
+        dicts: list[dict] = []
+        names: list[Any] = []
         keys: list[tuple[str, str, tuple[int, ...], str]] = []
         other: list[tuple[str, str, Any]] = []
         for opt in self.optimizers.values():
@@ -225,16 +295,11 @@ class Run:
                         if isinstance(value, torch.Tensor):
                             where = "cpu" if value.device.type == "cpu" else "param"
                             keys.append((name, key, tuple(value.shape), f"{value.dtype}@{where}"))
-                            refs.append((entries, key))
+                            dicts.append(entries)
+                            names.append(key)
                         else:
                             other.append((name, key, value))
-        layout = (refs, tuple(keys), tuple(other))
-        self._state_cache = (sizes, layout)
-        return layout
-
-    @staticmethod
-    def _state_tensors(refs: list[tuple[Any, Any]]) -> list[torch.Tensor]:
-        return [entries[key] for entries, key in refs]
+        return dicts, names, tuple(keys), tuple(other)
 
     @property
     def grads_unread_at_iteration_start(self) -> bool:
@@ -258,10 +323,7 @@ class Run:
         :attr:`grads_unread_at_iteration_start`).
         """
         grad_flat, present = self._grads() if grads else (EMPTY, (False,) * len(self.tensors))
-        refs, keys, other = self._state_layout()
-        state_flat = flat_copy(self._state_tensors(refs))
-        params = flat_copy(self.tensors)
-        return _make(Snapshot, self.layout, params, grad_flat, present, keys, state_flat, other, self.lrs())
+        return Snapshot(self._weights_now(), grad_flat, present)
 
     def _param_norm(self) -> float:
         """Norm of all parameters now; inf or nan when one of them is."""
@@ -279,51 +341,34 @@ class Run:
             if not math.isfinite(self.param_norm):
                 self.status = "diverged"
 
-    def _capture_op(self, slot: OpSlot, iteration: int, tick: int, prior: Snapshot) -> Entry:
+    def _capture_op(self, slot: OpSlot, iteration: int, tick: int) -> Entry:
+        """What the history keeps of ``slot``'s op, just performed (see :data:`Entry`)."""
         op = slot.op
         fresh: tuple | bool | None = None
-        snap = p = prior
-        if self._held:
-            self._copy_held()
-        if op in ("zero_grad", "backward"):
-            grads, present = self._grads(hold=True)
-            if present != p.grad_present or any(present):
-                snap = _make(
-                    Snapshot, p.layout, p.param_flat, grads, present, p.state_keys, p.state_flat,
-                    p.state_other, p.lr,
-                )  # fmt: skip
-            if op == "backward" and not self._hooks:
+        prior = None
+        if self._held and self._on_gpu:
+            self._copy_held()  # so that the history keeps no device memory
+        if op == "backward":
+            prior = (self.grad_data, self.grad_present)
+            if not self._hooks:
                 fresh = True
-            elif op == "backward":
+            else:
                 # The hook's tensors are never written again (holding them stops autograd
                 # from reusing them as .grad), so references are as good as copies.
                 fresh = tuple(map(self._fresh.get, range(len(self.tensors))))
                 if self._on_gpu:
                     fresh = tuple(_cpu(t) for t in fresh)
-        elif op == "step":
-            refs, keys, other = self._state_layout()
-            both = self._copy(self.tensors + self._state_tensors(refs))
-            params, state_flat = both[: self.layout.total], both[self.layout.total :]
-            if not math.isfinite(_norm((params,))):
+        # zero_grad and backward change .grad; a step only where it may use .grad as scratch.
+        if op == "zero_grad" or op == "backward" or op in self._grad_writers:
+            self.grad_data, self.grad_present = self._grads(hold=True)
+        if op == "step":
+            self.weights = self._weights_now(cached=True)
+            if not math.isfinite(self._param_norm()):
                 self.status = "diverged"
-            lrs = self.lrs()
-            snap = _make(
-                Snapshot, p.layout, params, p.grad_data, p.grad_present, keys, state_flat, other,
-                p.lr if lrs == p.lr else lrs,
-            )  # fmt: skip
-        self.current = snap
-        prior_snap = prior if op == "backward" else None
         return (
-            slot,
-            iteration,
-            tick,
-            self.last_loss,
-            self.status == "diverged",
-            self.error,
-            snap,
-            fresh,
-            prior_snap,
-        )
+            slot, iteration, tick, self.last_loss, self.status == "diverged", self.error,
+            self.weights, self.grad_data, self.grad_present, fresh, prior,
+        )  # fmt: skip
 
     # -------------------------------------------------------------- restore
     def restore(self, snap: Snapshot, loss: float | None) -> None:

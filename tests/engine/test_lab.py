@@ -139,6 +139,44 @@ def test_rebuilding_op_after_op_goes_on_from_the_last_rebuild_and_stays_exact():
         _same(light.record("yours", 21), reference[21])
 
 
+def test_a_step_that_writes_grad_in_place_is_recorded_as_pytorch_leaves_it():
+    # SGD with Nesterov momentum in its multi-tensor form (the default on a GPU) adds the
+    # momentum into .grad during step(): the record after backward must keep what backward
+    # left, the record after step what step left, though .grad is the same tensor.
+    text = """
+        [model]
+        kind = "linear"
+        [data]
+        kind = "line"
+        [optimizer]
+        kind = "SGD"
+        lr = 0.05
+        momentum = 0.9
+        nesterov = true
+        """
+    scenario = loads_scenario(textwrap.dedent(text), "test")
+    lab = Lab(scenario)
+    plain = Run(scenario.runs[0], scenario, lab.device)
+    for run in (lab.runs[0], plain):
+        for group in run.optimizers["optimizer"].param_groups:
+            group["foreach"] = True
+    lab.runs[0]._grad_writers = lab.runs[0]._ops_writing_grads()
+    lab.run_iterations(3)  # records are read only after stepping on
+    records = lab.history[lab.runs[0].name].records
+    optimizer, (phase,) = plain.optimizers["optimizer"], plain.phases.values()
+    for i in range(3):
+        optimizer.zero_grad()
+        plain.task.loss(phase, plain.task.batch(i), i, plain.loop).backward()
+        after_backward = {n: p.grad.clone() for n, p in plain.task.params.items()}
+        optimizer.step()
+        back, step = records[4 * i + 2], records[4 * i + 3]
+        assert (back.op, step.op) == ("backward", "step")
+        for name, p in plain.task.params.items():
+            np.testing.assert_array_equal(back.grads[name], after_backward[name].numpy())
+            np.testing.assert_array_equal(step.grads[name], p.grad.numpy())
+        assert not np.array_equal(step.grads["weight"], back.grads["weight"])  # the step wrote .grad
+
+
 def test_packed_keyframes_come_back_bit_for_bit_in_less_memory():
     lab = Lab(loads_scenario(MLP, "test"), record="full")
     lab.run_iterations(3)
