@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from gui_helpers import colour_near, press, settle
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
 from PySide6.QtGui import QMouseEvent
@@ -49,6 +50,22 @@ def test_stepping_on_from_a_scrubbed_moment_repeats_history_exactly(open_window,
     assert np.array_equal(w.grads.cell("yours", "weight", "value").data(Qt.ItemDataRole.UserRole + 1), first)
     press(qtbot, w, RIGHT)
     assert w.controller.tape.last_tick == 8
+
+
+@pytest.mark.parametrize("scenario", ["set-to-none", "gan-detach"])
+def test_every_grad_inspector_column_is_in_view_at_the_default_size(open_window, qtbot, scenario) -> None:
+    w = open_window(scenario)
+    for _ in range(3):
+        press(qtbot, w, RIGHT, modifier=SHIFT)
+    settle(qtbot, w)
+    table = w.grads.table
+    widths = [table.columnWidth(col) for col in range(table.columnCount())]
+    assert sum(widths) <= table.viewport().width(), "no sideways scrolling to reach the optimizer state"
+    fm = table.fontMetrics()
+    state = [table.item(row, table.columnCount() - 1).text() for row in range(table.rowCount())]
+    assert any("momentum" in text or "step" in text for text in state)
+    longest = max(fm.horizontalAdvance(line) for text in state for line in text.split("\n"))
+    assert longest <= widths[-1], "each optimizer-state entry on one line"
 
 
 def test_grad_cell_reads_none_after_zero_grad_with_set_to_none(open_window, qtbot) -> None:

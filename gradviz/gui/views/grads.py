@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QRectF, QSize, Qt
+from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
@@ -37,15 +37,19 @@ BARS_UP_TO = 16
 HIST_BINS = 24
 
 COLUMNS = ("run · parameter", "value", ".grad", "+ backward", "was in .grad", "optimizer state")
+# The headers as shown: two lines where the words are wider than the numbers below them.
+HEADER_LABELS = ("run ·\nparameter", "value", ".grad", "+ backward", "was in\n.grad", "optimizer\nstate")
+NAME, STATE = 0, len(COLUMNS) - 1
 HEADER_TIPS = (
     "The run (colour and marker as in the other views) and the parameter's name",
     "The parameter's value now",
     "param.grad now: a tensor, or None when PyTorch holds no gradient (not the same as 0)",
     "What the last backward() added to .grad (since .grad was last cleared)",
     "What .grad already held before that backward(): None, zeros, or gradients left over",
-    "The optimizer's state for this parameter (momentum buffer, Adam's moments, step count)",
+    "The optimizer's state for this parameter: momentum buffer, Adam's moments m (exp_avg) and"
+    " v (exp_avg_sq), step count; ‖…‖ is a tensor's norm (every element is in the cell's tooltip)",
 )
-STATE_NAMES = {"momentum_buffer": "momentum", "exp_avg": "m (exp_avg)", "exp_avg_sq": "v (exp_avg_sq)"}
+STATE_NAMES = {"momentum_buffer": "momentum", "exp_avg": "m", "exp_avg_sq": "v"}
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -55,8 +59,17 @@ def _same(a: Any, b: Any) -> bool:
     return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
 
 
+def state_tip(state: dict[str, Any]) -> str:
+    """Every element of the optimizer state of one parameter, for its tooltip."""
+    lines = []
+    for key, value in state.items():
+        shown = fmt.full(value) if isinstance(value, np.ndarray) else str(value)
+        lines.append(f"{key}: {shown}")
+    return "\n".join(lines) or "The optimizer holds no state for this parameter yet."
+
+
 def state_text(state: dict[str, Any], manual: bool) -> str:
-    """The optimizer state of one parameter as short text."""
+    """The optimizer state of one parameter as short text, one line per entry."""
     if manual:
         return "no optimizer"
     if not state:
@@ -64,13 +77,17 @@ def state_text(state: dict[str, Any], manual: bool) -> str:
     parts = []
     for key, value in state.items():
         label = STATE_NAMES.get(key, key)
-        if isinstance(value, np.ndarray):
-            parts.append(f"{label} {fmt.array(value, limit=2)}")
+        if isinstance(value, np.ndarray) and value.size > 1:
+            finite = value[np.isfinite(value)].astype(np.float64)
+            norm = fmt.number(float(np.sqrt(finite.dot(finite)))) if finite.size else "none finite"
+            parts.append(f"{label} ‖{norm}‖")
+        elif isinstance(value, np.ndarray):
+            parts.append(f"{label} {fmt.array(value)}")
         elif value is None:
             parts.append(f"{label} None")
         else:
             parts.append(f"{label} {fmt.number(float(value))}")
-    return "; ".join(parts)
+    return "\n".join(parts)
 
 
 class CellDelegate(QStyledItemDelegate):
@@ -111,6 +128,18 @@ class CellDelegate(QStyledItemDelegate):
             opt.state &= ~QStyle.StateFlag.State_Selected
         super().paint(painter, opt, index)
 
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
+        # Numbers and None take one line; a vector is drawn as bars in whatever room it gets.
+        kind = index.data(KIND)
+        if kind not in ("array", "none"):
+            return super().sizeHint(option, index)
+        fm = option.fontMetrics
+        values = index.data(VALUES)
+        text = fmt.NONE_TEXT if kind == "none" else str(index.data(Qt.ItemDataRole.DisplayRole) or "")
+        vector = values is not None and np.size(values) > 1
+        width = fm.horizontalAdvance("-0.0000") * 3 // 2 if vector else fm.horizontalAdvance(text)
+        return QSize(width + 12, fm.height() + 8)
+
     def _paint_vector(self, painter: QPainter, rect: QRect, flat: np.ndarray, theme: Theme) -> None:
         area = QRectF(rect.adjusted(6, 4, -6, -4))
         finite = flat[np.isfinite(flat)]
@@ -150,11 +179,12 @@ class GradsView(QWidget):
         self.theme: Theme = LIGHT
         self.info: LabInfo | None = None
         self.rows: dict[tuple[str, str], int] = {}
+        self._layout_key: tuple | None = None  # what the column widths were last fitted to
         self.title = QLabel(".grad inspector")
         self.title.setObjectName("panelTitle")
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setObjectName("gradsTable")
-        self.table.setHorizontalHeaderLabels(list(COLUMNS))
+        self.table.setHorizontalHeaderLabels(list(HEADER_LABELS))
         for col, tip in enumerate(HEADER_TIPS):
             title = self.table.horizontalHeaderItem(col)
             assert title is not None  # set by setHorizontalHeaderLabels just above
@@ -163,7 +193,9 @@ class GradsView(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.table.setFocusPolicy(Qt.FocusPolicy.NoFocus)
-        self.table.setWordWrap(False)
+        # Names and optimizer state wrap at spaces when the panel is narrow; numbers never do.
+        self.table.setWordWrap(True)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideNone)
         self.table.setItemDelegate(CellDelegate(self))
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
@@ -198,17 +230,82 @@ class GradsView(QWidget):
         self.fit_columns()
 
     def fit_columns(self) -> None:
-        """Size the columns to their contents, within sensible bounds."""
-        self.table.resizeColumnsToContents()
+        """Size the columns to what they show and share the panel's width among them.
+
+        The number columns keep their width; the names and the optimizer state
+        share what is left, wrapping at spaces onto more lines where it is not
+        enough, so that every column stays in view without scrolling sideways.
+        """
+        self._layout_key = None
+        self._fit()
+
+    def _fit(self) -> None:
         fm = self.table.fontMetrics()
-        for col in range(1, len(COLUMNS) - 1):
-            self.table.setColumnWidth(
-                col, max(self.table.columnWidth(col), fm.horizontalAdvance("-0.0000") + 16)
-            )
+        header = [max(fm.horizontalAdvance(line) + 16 for line in text.split("\n")) for text in HEADER_LABELS]
+        # The least each column can take: a name wrapped after its run, a number (vectors
+        # are drawn as bars in whatever room they get); the state wraps or scrolls last.
+        least = [max(fm.horizontalAdvance(part + " ·") + 12 for part in self._name_parts())]
+        least += [max(header[col], fm.horizontalAdvance("-0.0000") + 12) for col in range(NAME + 1, STATE)]
+        natural = [max([header[col], *self._content_widths(col)]) for col in range(len(COLUMNS))]
+        natural[NAME + 1 : STATE] = map(max, natural[NAME + 1 : STATE], least[NAME + 1 :])
+        lines = [self._lines(row) for row in range(self.table.rowCount())]
+        key = (tuple(natural), tuple(lines), self.table.viewport().width())
+        if key == self._layout_key:
+            return
+        self._layout_key = key
+        widths = natural[:STATE]
+        over = sum(natural) - self.table.viewport().width()
+        for cols in ([NAME], range(NAME + 1, STATE)):  # names wrap first, then vectors narrow
+            room = sum(widths[c] - least[c] for c in cols)
+            if over <= 0 or room <= 0:
+                continue
+            take = min(over, room)
+            for c in cols:
+                widths[c] -= (widths[c] - least[c]) * take // room
+            over -= take
+        for col, width in enumerate(widths):
+            self.table.setColumnWidth(col, width)  # the state column stretches over the rest
         self.table.resizeRowsToContents()
 
+    def _content_widths(self, col: int) -> list[int]:
+        """The widths the cells of ``col`` ask for on one line."""
+        fm = self.table.fontMetrics()
+        delegate = self.table.itemDelegate()
+        option = QStyleOptionViewItem()
+        option.initFrom(self.table)
+        widths = []
+        for row in range(self.table.rowCount()):
+            item = self.table.item(row, col)
+            if item is None:
+                continue
+            if NAME < col < STATE:  # numbers; words here ("nothing (not in this graph)") wrap
+                if item.data(KIND) in ("array", "none"):
+                    widths.append(delegate.sizeHint(option, self.table.indexFromItem(item)).width())
+            else:
+                widths += [fm.horizontalAdvance(line) + 12 for line in item.text().split("\n")]
+        return widths
+
+    def _name_parts(self) -> list[str]:
+        """Each name cell's run and parameter, the pieces a wrapped name keeps on one line."""
+        parts = []
+        for row in range(self.table.rowCount()):
+            item = self.table.item(row, NAME)
+            if item is not None:
+                parts += item.text().split(" · ")
+        return parts or [""]
+
+    def _lines(self, row: int) -> int:
+        item = self.table.item(row, STATE)
+        return 0 if item is None else item.text().count("\n")
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit()
+
     # ---------------------------------------------------------------- draw
-    def _set(self, row: int, col: int, value: Any, kind: str, changed: bool, text: str | None = None) -> None:
+    def _set(
+        self, row: int, col: int, value: Any, kind: str, changed: bool, text: str | None = None, tip: str = ""
+    ) -> None:
         item = self.table.item(row, col)
         assert item is not None  # every cell is filled when the rows are built
         if kind == "none":
@@ -219,6 +316,8 @@ class GradsView(QWidget):
             shown = text or ""
         if item.text() != shown:
             item.setText(shown)
+            if kind not in ("array", "none"):
+                item.setToolTip(tip or shown)
         values = value if kind == "array" else None
         old = item.data(VALUES)
         if (
@@ -231,7 +330,7 @@ class GradsView(QWidget):
             item.setData(KIND, kind)
             item.setData(VALUES, values)
             item.setData(CHANGED, bool(changed))
-            item.setToolTip(fmt.full(value) if kind in ("array", "none") else shown)
+            item.setToolTip(fmt.full(value) if kind in ("array", "none") else tip or shown)
 
     def draw(self, moment: Moment) -> None:
         """Fill every row with the state of its run at ``moment``."""
@@ -269,7 +368,9 @@ class GradsView(QWidget):
                 text = state_text(state, manual)
                 old = before.state.get(param, {}) if before is not None else {}
                 s_changed = state_text(old, manual) != text
-                self._set(row, 5, None, "text", s_changed, text)
+                tip = "" if manual else state_tip(state)
+                self._set(row, 5, None, "text", s_changed, text, tip)
+        self._fit()  # new text may need other widths or taller rows
 
     def cell(self, run: str, param: str, column: str) -> QTableWidgetItem:
         """The item shown for ``run``'s ``param`` in the column headed ``column``."""
