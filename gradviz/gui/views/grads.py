@@ -232,9 +232,10 @@ class GradsView(QWidget):
     def fit_columns(self) -> None:
         """Size the columns to what they show and share the panel's width among them.
 
-        The number columns keep their width; the names and the optimizer state
-        share what is left, wrapping at spaces onto more lines where it is not
-        enough, so that every column stays in view without scrolling sideways.
+        Numbers never wrap. Where the panel is narrow, names wrap after their
+        run first, then vectors are drawn narrower, and the optimizer state
+        wraps last, so that every column stays in view without scrolling
+        sideways wherever that can be done.
         """
         self._layout_key = None
         self._fit()
