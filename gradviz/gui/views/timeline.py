@@ -234,14 +234,20 @@ class TimelineView(QWidget):
     def _legend_text(self) -> None:
         if self.info is None:
             return
+        # Each entry stays on one line; a narrow panel wraps between entries.
         runs = "   ".join(
-            f"<span style='color:{run_color(i)}'>{run_glyph(i)} {r.name}</span>"
+            f"<span style='color:{run_color(i)}; white-space:nowrap'>{run_glyph(i)} {r.name}</span>"
             for i, r in enumerate(self.info.runs)
         )
-        ops = "  ".join(f"<span style='color:{OP_COLORS[op]}'>■</span> {OP_LETTERS[op]} {op}" for op in OPS)
+        ops = "  ".join(
+            f"<span style='white-space:nowrap'><span style='color:{OP_COLORS[op]}'>■</span>"
+            f" {OP_LETTERS[op]} {op}</span>"
+            for op in OPS
+        )
         dist = ""
         if len(self.info.runs) > 1:
-            dist = f"   distance: ‖θ − θ<sub>{self.info.runs[0].name}</sub>‖"
+            first = self.info.runs[0].name
+            dist = f"   <span style='white-space:nowrap'>distance: ‖θ − θ<sub>{first}</sub>‖</span>"
         self.legend.setText(f"{runs}   │   ops tape, a row per run: {ops}{dist}")
 
     # --------------------------------------------------------------- draw
