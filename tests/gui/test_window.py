@@ -66,6 +66,8 @@ def test_every_grad_inspector_column_is_in_view_at_the_default_size(open_window,
     assert any("momentum" in text or "step" in text for text in state)
     longest = max(fm.horizontalAdvance(line) for text in state for line in text.split("\n"))
     assert longest <= widths[-1], "each optimizer-state entry on one line"
+    tips = [table.item(row, table.columnCount() - 1).toolTip() for row in range(table.rowCount())]
+    assert any("momentum_buffer: shape" in tip or "exp_avg: shape" in tip for tip in tips), "every element"
 
 
 def test_grad_cell_reads_none_after_zero_grad_with_set_to_none(open_window, qtbot) -> None:

@@ -180,6 +180,7 @@ class GradsView(QWidget):
         self.info: LabInfo | None = None
         self.rows: dict[tuple[str, str], int] = {}
         self._layout_key: tuple | None = None  # what the column widths were last fitted to
+        self._state_tips: dict[int, object] = {}  # row -> the optimizer state its tooltip lists
         self.title = QLabel(".grad inspector")
         self.title.setObjectName("panelTitle")
         self.table = QTableWidget(0, len(COLUMNS))
@@ -213,6 +214,7 @@ class GradsView(QWidget):
         """One row per run and parameter of the new lab."""
         self.info = info
         self.rows = {}
+        self._state_tips = {}
         names = [(r.name, p) for r in info.runs for p in r.names]
         self.table.setRowCount(len(names))
         for row, (run, param) in enumerate(names):
@@ -247,7 +249,9 @@ class GradsView(QWidget):
         # are drawn as bars in whatever room they get); the state wraps or scrolls last.
         least = [max(fm.horizontalAdvance(part + " ·") + 12 for part in self._name_parts())]
         least += [max(header[col], fm.horizontalAdvance("-0.0000") + 12) for col in range(NAME + 1, STATE)]
-        natural = [max([header[col], *self._content_widths(col)]) for col in range(len(COLUMNS))]
+        option = QStyleOptionViewItem()
+        option.initFrom(self.table)
+        natural = [max([header[col], *self._content_widths(col, option)]) for col in range(len(COLUMNS))]
         natural[NAME + 1 : STATE] = map(max, natural[NAME + 1 : STATE], least[NAME + 1 :])
         lines = [self._lines(row) for row in range(self.table.rowCount())]
         key = (tuple(natural), tuple(lines), self.table.viewport().width())
@@ -268,12 +272,10 @@ class GradsView(QWidget):
             self.table.setColumnWidth(col, width)  # the state column stretches over the rest
         self.table.resizeRowsToContents()
 
-    def _content_widths(self, col: int) -> list[int]:
+    def _content_widths(self, col: int, option: QStyleOptionViewItem) -> list[int]:
         """The widths the cells of ``col`` ask for on one line."""
         fm = self.table.fontMetrics()
         delegate = self.table.itemDelegate()
-        option = QStyleOptionViewItem()
-        option.initFrom(self.table)
         widths = []
         for row in range(self.table.rowCount()):
             item = self.table.item(row, col)
@@ -304,9 +306,7 @@ class GradsView(QWidget):
         self._fit()
 
     # ---------------------------------------------------------------- draw
-    def _set(
-        self, row: int, col: int, value: Any, kind: str, changed: bool, text: str | None = None, tip: str = ""
-    ) -> None:
+    def _set(self, row: int, col: int, value: Any, kind: str, changed: bool, text: str | None = None) -> None:
         item = self.table.item(row, col)
         assert item is not None  # every cell is filled when the rows are built
         if kind == "none":
@@ -318,7 +318,7 @@ class GradsView(QWidget):
         if item.text() != shown:
             item.setText(shown)
             if kind not in ("array", "none"):
-                item.setToolTip(tip or shown)
+                item.setToolTip(shown)
         values = value if kind == "array" else None
         old = item.data(VALUES)
         if (
@@ -331,7 +331,8 @@ class GradsView(QWidget):
             item.setData(KIND, kind)
             item.setData(VALUES, values)
             item.setData(CHANGED, bool(changed))
-            item.setToolTip(fmt.full(value) if kind in ("array", "none") else tip or shown)
+            if kind in ("array", "none"):
+                item.setToolTip(fmt.full(value))
 
     def draw(self, moment: Moment) -> None:
         """Fill every row with the state of its run at ``moment``."""
@@ -369,8 +370,13 @@ class GradsView(QWidget):
                 text = state_text(state, manual)
                 old = before.state.get(param, {}) if before is not None else {}
                 s_changed = state_text(old, manual) != text
-                tip = "" if manual else state_tip(state)
-                self._set(row, 5, None, "text", s_changed, text, tip)
+                self._set(row, STATE, None, "text", s_changed, text)
+                if not manual and self._state_tips.get(row) is not state:
+                    # Every element, formatted only when the state is new (a step made it).
+                    self._state_tips[row] = state
+                    item = self.table.item(row, STATE)
+                    assert item is not None  # every cell is filled when the rows are built
+                    item.setToolTip(state_tip(state))
         self._fit()  # new text may need other widths or taller rows
 
     def cell(self, run: str, param: str, column: str) -> QTableWidgetItem:
