@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -28,7 +28,7 @@ FULL_RECORD_FLOATS = 4096
 KEYFRAME_BUDGET = 3990
 
 
-def _line_up(keys: list[list[tuple]]) -> list[tuple]:
+def _merged_order(keys: list[list[tuple]]) -> list[tuple]:
     """The shortest common order of all runs' op keys, each run's order kept."""
     merged = list(keys[0])
     for other in keys[1:]:
@@ -40,6 +40,29 @@ def _line_up(keys: list[list[tuple]]) -> list[tuple]:
                 out += other[j1:j2]
         merged = out
     return merged
+
+
+def line_up(programs: Sequence[Sequence[OpSlot]]) -> list[list[OpSlot | None]]:
+    """Each tick of one iteration: the op every run performs then, or ``None`` where it waits.
+
+    Every run performs each of its own ops exactly once per iteration, in its
+    own order; lining the runs up only decides at which tick. The same op may
+    sit at two ticks when two runs order it differently (one run zeroes before
+    its forward, another after its backward): each run performs it at the one
+    tick its own order reaches it.
+    """
+    order = _merged_order([[s.key for s in ops] for ops in programs])
+    rows: list[list[OpSlot | None]] = [[None] * len(programs) for _ in order]
+    for r, ops in enumerate(programs):
+        tick = 0
+        for slot in ops:
+            # The merged order holds each run's order as a subsequence, so the
+            # first match from here on always exists.
+            while order[tick] != slot.key:
+                tick += 1
+            rows[tick][r] = slot
+            tick += 1
+    return rows
 
 
 class Lab:
@@ -73,11 +96,8 @@ class Lab:
         # 0 until the first iteration is done: only then does the optimizer's state exist,
         # and with it the size of a keyframe.
         self.keyframe_every = keyframe_every or (1 if self.mode == "full" else 0)
-        order = _line_up([[s.key for s in r.program.ops] for r in self.runs])
-        self.schedule: list[list[OpSlot | None]] = []
-        for key in order:
-            self.schedule.append([next((s for s in r.program.ops if s.key == key), None) for r in self.runs])
-        self.ticks_per_iteration = len(order)
+        self.schedule = line_up([r.program.ops for r in self.runs])
+        self.ticks_per_iteration = len(self.schedule)
         self.tick = 0
         self.history = History([r.name for r in self.runs], keep_records=self.mode == "full")
         if self.mode != "bare":
