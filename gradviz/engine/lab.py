@@ -130,13 +130,13 @@ class Lab:
             packed = packed or PackedSnapshot(run.capture(grads=not run.grads_unread_at_iteration_start))
             h.keyframes[iteration] = (packed, run.last_loss)
 
-    def advance(self) -> list[tuple[str, int]]:
-        """Perform the next tick that has an op for some running run.
+    def advance(self, before: int | None = None) -> list[tuple[str, int]]:
+        """Perform the next tick that has an op for some running run (and lies before tick ``before``).
 
         Returns ``(run name, op index)`` of each op performed; the records are
         made only when asked for (:meth:`step` or :meth:`record`).
         """
-        while not self.stopped:
+        while not self.stopped and (before is None or self.tick < before):
             iteration, slot_index = divmod(self.tick, self.ticks_per_iteration)
             done = []
             for r, run in enumerate(self.runs):
@@ -165,9 +165,10 @@ class Lab:
                 return done
         return []
 
-    def step(self) -> list[OpRecord]:
-        """Perform the next tick that has an op for some running run; return its records."""
-        done = self.advance()
+    def step(self, before: int | None = None) -> list[OpRecord]:
+        """Perform the next tick that has an op for some running run (and lies before tick
+        ``before``); return its records."""
+        done = self.advance(before)
         if self.mode == "bare":
             return []
         return [self.record(name, index) for name, index in done]
@@ -176,21 +177,22 @@ class Lab:
         """Step until ``iterations`` more iterations are done (or every run stopped)."""
         end = (self.iteration + iterations) * self.ticks_per_iteration
         while self.tick < end and not self.stopped:
-            self.advance()
+            self.advance(end)
 
     def step_iteration(self) -> list[OpRecord]:
         """Step to the end of the current iteration; return the records of its ops."""
         records: list[OpRecord] = []
         target = self.iteration + 1
-        while self.tick < target * self.ticks_per_iteration and not self.stopped:
-            records += self.step()
+        end = target * self.ticks_per_iteration
+        while self.tick < end and not self.stopped:
+            records += self.step(end)
         return records
 
     def iterate(self, iterations: int) -> Iterator[OpRecord]:
         """Step until ``iterations`` iterations are done (or every run stopped), yielding records."""
         end = iterations * self.ticks_per_iteration
         while self.tick < end and not self.stopped:
-            yield from self.step()
+            yield from self.step(end)
 
     # ------------------------------------------------------------ going back
     def _keyframe_tick(self, run_name: str, tick: int) -> int:
