@@ -77,7 +77,7 @@ def play(ops: int) -> None:
 
     from gradviz.engine import Lab, load_scenario
     from gradviz.engine.lab import set_threads
-    from gradviz.gui.render import application
+    from gradviz.gui.display import application
     from gradviz.gui.window import MainWindow, wait_until_idle
 
     app = application()

@@ -148,9 +148,9 @@ def run(folder: Path, repeats: int) -> None:
     import matplotlib
     import PIL
 
-    from gradviz.gui.export_frames import FrameStyle, offscreen_application
+    from gradviz.gui.display import frames_application
 
-    offscreen_application(FrameStyle(SIZE, ("surface",)))
+    frames_application(("surface",), "light", False)
     data = trajectory(FRAMES)  # also pays torch's first-use costs for both sides
     out = {"gradviz": folder / "gradviz.gif", "caption": folder / "caption.gif", "mpl": folder / "mpl.gif"}
     gradviz_gif(out["gradviz"], False)  # warm-up: Qt's fonts and pyqtgraph's first draw

@@ -273,9 +273,9 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from gradviz.engine.scenario import load_scenario
     from gradviz.export import check_output
-    from gradviz.export.plan import parse_views
     from gradviz.export.progress import ProgressBar
     from gradviz.gui.export_frames import ExportRange, FrameStyle, export_animation
+    from gradviz.gui.layout import parse_views
 
     check_output(args.output)  # before building the lab: a typo in the path should fail at once
     # Presentation mode shows the window's presentation views unless told otherwise.

@@ -13,23 +13,8 @@ from dataclasses import dataclass
 from gradviz.engine.errors import UserError
 
 PER_FRAME = ("op", "iteration")
-VIEWS = ("surface", "grads", "code", "timeline")
-# Views a frame can show that are not in the default set: the 3-D surface needs OpenGL.
-OPTIONAL_VIEWS = ("surface3d",)
 # More frames than this is a typo rather than a slide (a GIF of 10,000 frames runs for minutes).
 MAX_FRAMES = 10_000
-
-
-def parse_views(text: str) -> tuple[str, ...]:
-    """Comma-separated view names, in the order given, without repeats; UserError for an unknown one."""
-    names = [n.strip().lower() for n in text.split(",") if n.strip()]
-    if not names:
-        raise UserError(f"--views needs at least one of {', '.join(VIEWS)}.")
-    known = VIEWS + OPTIONAL_VIEWS
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise UserError(f"--views: unknown view {unknown[0]!r}; choose from {', '.join(known)}.")
-    return tuple(dict.fromkeys(names))
 
 
 @dataclass(frozen=True)

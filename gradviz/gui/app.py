@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-from gradviz.gui.render import application
+from gradviz.gui.display import application, has_display
 from gradviz.gui.settings import settings
 from gradviz.gui.window import DEFAULT_SCENARIO, MainWindow
-
-
-def has_display() -> bool:
-    """Whether a window can be shown: a display server, or a Qt platform chosen explicitly."""
-    if sys.platform in ("win32", "darwin"):
-        return True
-    return bool(
-        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or os.environ.get("QT_QPA_PLATFORM")
-    )
 
 
 def tune_malloc() -> None:

@@ -27,7 +27,8 @@ from PySide6.QtWidgets import (
 from gradviz.engine.errors import UserError
 from gradviz.engine.scenario import Scenario
 from gradviz.export import ExportCancelled
-from gradviz.gui.export_frames import VIEWS, ExportJob, ExportRange, FrameStyle
+from gradviz.gui.export_frames import ExportJob, ExportRange, FrameStyle
+from gradviz.gui.layout import DEFAULT_VIEWS
 
 SIZES = ("1280x720", "960x540", "800x600", "640x480")
 PREVIEW_WIDTH = 360
@@ -88,7 +89,7 @@ class ExportDialog(QDialog):
         span.addWidget(self.last)
         span.addStretch(1)
 
-        self.views = {name: QCheckBox(name) for name in VIEWS}
+        self.views = {name: QCheckBox(name) for name in DEFAULT_VIEWS}
         row = QHBoxLayout()
         for box in self.views.values():
             box.setChecked(True)

@@ -9,7 +9,7 @@ like the window at that moment.
 Models that are not two-parameter get their surface over a plane through weight
 space, computed once before the first frame, inline, and kept for the whole
 animation. The 3-D surface (``surface3d``) needs OpenGL: it is offered only
-where :func:`~gradviz.gui.gl_probe.gl_unavailable` finds it, on the real display
+where :func:`~gradviz.gui.display.gl_unavailable` finds it, on the real display
 platform, and nothing else imports ``pyqtgraph.opengl``.
 """
 
@@ -27,7 +27,9 @@ from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QVBoxLayout, QW
 
 from gradviz.export.base import FrameWriter, Progress
 from gradviz.export.palette import RGB, hex_rgb
-from gradviz.export.plan import VIEWS, FramePlan, plan_frames
+from gradviz.export.plan import FramePlan, plan_frames
+from gradviz.gui.display import frames_application
+from gradviz.gui.layout import DEFAULT_VIEWS, PRESENTATION_MIN_SCALE, VIEWS, WINDOW_LAYOUT, position_text
 from gradviz.gui.narration import narrate
 from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, PlaneSurface
 from gradviz.gui.theme import (
@@ -40,35 +42,16 @@ from gradviz.gui.theme import (
     style_sheet,
     theme_named,
 )
-from gradviz.gui.views.code import CodeView
-from gradviz.gui.views.grads import GradsView
 from gradviz.gui.views.surface import SurfaceView
-from gradviz.gui.views.timeline import TimelineView
+from gradviz.gui.widgets import fix_lines
 
 if TYPE_CHECKING:
     from gradviz.engine.scenario import Scenario
     from gradviz.gui.controller import Controller
     from gradviz.gui.views.surface3d import Surface3DView
 
-# Smallest size at which each view stays readable at the normal type size (pixels); below
-# these the surface's legends cover its plot, the timeline's rows collide, the table loses columns.
-MIN_VIEW_SIZE = {
-    "surface": (360, 260),
-    "surface3d": (300, 260),
-    "grads": (300, 120),
-    "code": (260, 170),
-    "timeline": (320, 200),
-}
-# Presentation type is 1.6 times larger, but plots need not grow with it.
-PRESENTATION_MIN_SCALE = 1.3
 CAPTION_LINES = 2
 MIN_CAPTION_POINTS = 7.0
-# The window's proportions: code and .grad on the left, surface and timeline on the right.
-COLUMNS = (("code", "grads"), ("surface", "timeline"))
-COLUMN_STRETCH = (5, 6)
-ROW_STRETCH = {"code": 3, "grads": 2, "surface": 3, "timeline": 2}
-# The 3-D surface shares the 2-D surface's row, as it shares the window's splitter.
-BESIDE = {"surface": "surface3d"}
 # The plane of a model that is not two-parameter: the principal components of the exported path.
 # Known in advance here (unlike in the window), they hold the path's largest moves, so it lies
 # nearly in the plane (small residuals) and visibly descends; random directions through the start
@@ -88,7 +71,7 @@ class FrameStyle:
         Width and height of a frame in pixels.
     views:
         Which views to show, from ``surface``, ``grads``, ``code``, ``timeline``, and
-        ``surface3d`` (the 3-D surface; it needs OpenGL, see :func:`gl_refusal`).
+        ``surface3d`` (the 3-D surface; it needs OpenGL, see :func:`~gradviz.gui.display.gl_refusal`).
     caption:
         Show the narration sentence (and the op counter) above the views.
     presentation:
@@ -98,7 +81,7 @@ class FrameStyle:
     """
 
     size: tuple[int, int] = (640, 480)
-    views: tuple[str, ...] = VIEWS
+    views: tuple[str, ...] = DEFAULT_VIEWS
     caption: bool = True
     presentation: bool = False
     theme: str = "light"
@@ -114,13 +97,6 @@ def caption_text(moment: Moment) -> str:
         scenario = moment.info.scenario
         return f"Before the first op. {scenario.summary or scenario.title}"
     return narrate(moment)
-
-
-def counter_text(tick: int, ticks_per_iteration: int) -> str:
-    """Where the frame after ``tick`` is in the loop, as the window's status bar says it."""
-    if tick < 0:
-        return "start"
-    return f"iteration {tick // ticks_per_iteration + 1} · op {tick + 1}"
 
 
 def frame_colours(theme: Theme) -> list[RGB]:
@@ -172,15 +148,9 @@ class ExportFrame(QWidget):
         self.setPalette(palette(self.theme))
         self.setAutoFillBackground(True)
         self.views: dict[str, Any] = {}
-        makers: dict[str, type[Any]] = {
-            "surface": SurfaceView,
-            "grads": GradsView,
-            "code": CodeView,
-            "timeline": TimelineView,
-        }
         for key in style.views:
-            if key in makers:
-                self.views[key] = makers[key]()
+            if key != "surface3d":
+                self.views[key] = VIEWS[key].widget_class()()
         # The 3-D view draws the 2-D view's grid and paths; a frame without the 2-D view keeps one unseen.
         self.source: SurfaceView | None = self.views.get("surface")
         self.hidden_source = False
@@ -212,27 +182,17 @@ class ExportFrame(QWidget):
         body = QHBoxLayout()
         body.setContentsMargins(0, 0, 0, 0)
         body.setSpacing(6)
-        # Presentation mode keeps these proportions too: halves would cut the surface's title.
-        for keys, stretch in zip(COLUMNS, COLUMN_STRETCH, strict=True):
-            shown = [k for k in keys if k in self.views]
-            if not shown:
-                continue
-            column = QVBoxLayout()
-            column.setSpacing(6)
-            for key in shown:
-                beside = BESIDE.get(key)
-                if beside in self.views:
-                    row = QHBoxLayout()
-                    row.setSpacing(6)
+        # The window's layout, in boxes instead of splitters.
+        for column in WINDOW_LAYOUT.arrange(self.views):
+            rows = QVBoxLayout()
+            rows.setSpacing(6)
+            for cell in column.cells:
+                row = QHBoxLayout()
+                row.setSpacing(6)
+                for key in cell.views:
                     row.addWidget(self.views[key], 1)
-                    row.addWidget(self.views[beside], 1)
-                    column.addLayout(row, ROW_STRETCH[key])
-                else:
-                    column.addWidget(self.views[key], ROW_STRETCH[key])
-            body.addLayout(column, stretch)
-        if self.hidden_source and "surface3d" in self.views:
-            # Without the 2-D view, the 3-D one takes its place.
-            body.addWidget(self.views["surface3d"], COLUMN_STRETCH[1])
+                rows.addLayout(row, cell.stretch)
+            body.addLayout(rows, column.stretch)
 
         self._box = box = QVBoxLayout(self)
         box.setContentsMargins(6, 4, 6, 4)
@@ -258,16 +218,15 @@ class ExportFrame(QWidget):
     def _set_minimums(self) -> None:
         scale = PRESENTATION_MIN_SCALE if self.frame_style.presentation else 1.0
         for key, view in self.views.items():
-            w, h = MIN_VIEW_SIZE[key]
+            w, h = VIEWS[key].min_size
             view.setMinimumSize(int(w * scale), int(h * scale))
         if self.frame_style.presentation:
             for view in self._all_views():
                 if hasattr(view, "set_point_size"):
                     view.set_point_size(self.frame_style.point_size)
         self._set_caption_points(self._caption_points)
-        fm = QFontMetrics(self.caption.font())
         # A fixed height for two lines: frames whose sentence is short keep the views in place.
-        self.caption.setFixedHeight(CAPTION_LINES * fm.lineSpacing() + 12)
+        fix_lines(self.caption, CAPTION_LINES)
 
     def _set_caption_points(self, points: float) -> None:
         self._caption_points = points
@@ -342,7 +301,7 @@ class ExportFrame(QWidget):
             view3d.caption.setText(view3d.caption.text().replace(DRAG_HINT, ""))
         if self.frame_style.caption:
             self._fit_caption(caption_text(moment))
-            self.counter.setText(counter_text(moment.tick, moment.info.ticks_per_iteration))
+            self.counter.setText(position_text(moment.tick, moment.info.ticks_per_iteration))
 
     def reserve_counter(self, widest: str) -> None:
         """Fix the counter's width to fit ``widest``, so the caption's box keeps one size in every frame."""
@@ -522,7 +481,7 @@ class FrameRenderer:
         ticks = plan.ticks()
         if ticks:
             self.prepare_surface(ticks[-1])
-            self.frame.reserve_counter(counter_text(ticks[-1], plan.ticks_per_iteration))
+            self.frame.reserve_counter(position_text(ticks[-1], plan.ticks_per_iteration))
         shown = None
         for tick in ticks:
             if not self.step_to(tick):
@@ -548,63 +507,6 @@ class FrameRenderer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def gl_refusal(style: FrameStyle) -> str | None:
-    """Why ``style``'s frames cannot be drawn here, as one sentence; None when they can.
-
-    Only ``surface3d`` can be refused: it needs OpenGL, which the offscreen
-    platform (the default for exports) and machines without a display lack.
-    """
-    if "surface3d" not in style.views:
-        return None
-    from gradviz.gui.app import has_display
-    from gradviz.gui.gl_probe import gl_unavailable
-
-    if has_display() and gl_unavailable() is None:
-        return None
-    return (
-        "The surface3d view draws with OpenGL, which is not available here; run the export "
-        "under a virtual display, as in xvfb-run -a gradviz export ... --views surface,surface3d."
-    )
-
-
-def export_application(style: FrameStyle) -> QApplication:
-    """The QApplication for ``style``'s frames: offscreen, or the display's own for 3-D views.
-
-    Raises
-    ------
-    UserError
-        When ``style`` asks for ``surface3d`` and OpenGL is not available (see :func:`gl_refusal`).
-    """
-    from gradviz.engine.errors import UserError
-
-    if "surface3d" not in style.views:
-        return offscreen_application(style)
-    from gradviz.gui.render import application
-    from gradviz.gui.theme import apply_theme
-
-    reason = gl_refusal(style)
-    if reason is not None:
-        raise UserError(reason)
-    existing = QApplication.instance()
-    # OpenGL contexts exist only on the display's platform (xcb under Xvfb); offscreen crashes.
-    app = application(offscreen=False)
-    if existing is None:
-        apply_theme(app, theme_named(style.theme), style.presentation)
-    return app
-
-
-def offscreen_application(style: FrameStyle) -> QApplication:
-    """The running QApplication, or a new offscreen one themed like the window for ``style``."""
-    from gradviz.gui.render import application
-    from gradviz.gui.theme import apply_theme
-
-    existing = QApplication.instance()
-    app = application(offscreen=True)
-    if existing is None:
-        apply_theme(app, theme_named(style.theme), style.presentation)
-    return app
 
 
 @dataclass(frozen=True)
@@ -667,7 +569,7 @@ class ExportJob:
             )
         self.style = style
         self.fps = fps
-        export_application(style)
+        frames_application(style.views, style.theme, style.presentation)
         self.renderer = FrameRenderer(scenario, style)
         try:
             self.plan = plan_frames(

@@ -1,51 +1,12 @@
-"""Offscreen rendering shared by ``gradviz snapshot``, picture export and the tests."""
+"""PNG pictures of the window: the output path checked first, the file written atomically."""
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
-from PySide6.QtCore import (
-    QBuffer,
-    QByteArray,
-    QIODevice,
-    QMessageLogContext,
-    QtMsgType,
-    qInstallMessageHandler,
-)
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import QApplication
-
-import gradviz
-from gradviz.gui.identity import APP_ID, app_icon
-
-
-def application(offscreen: bool = False) -> QApplication:
-    """The running QApplication, or a new one (offscreen when asked and none exists yet)."""
-    app = QApplication.instance()
-    if not isinstance(app, QApplication):
-        if offscreen:
-            os.environ["QT_QPA_PLATFORM"] = "offscreen"
-        qInstallMessageHandler(_quiet_platform_notes)
-        app = QApplication([sys.argv[0] if sys.argv else "gradviz"])
-    app.setOrganizationName("gradviz")
-    app.setApplicationName("gradviz")
-    app.setApplicationVersion(gradviz.__version__)
-    # The desktop file's name lets desktops match the window to its launcher and icon.
-    app.setDesktopFileName(APP_ID)
-    app.setWindowIcon(app_icon())
-    return app
-
-
-# Notes the offscreen platform prints about features it lacks; they say nothing to a user.
-_PLATFORM_NOTES = ("This plugin does not support",)
-
-
-def _quiet_platform_notes(kind: QtMsgType, context: QMessageLogContext, message: str) -> None:
-    if kind == QtMsgType.QtWarningMsg and message.startswith(_PLATFORM_NOTES):
-        return
-    sys.stderr.write(message + "\n")
 
 
 def check_writable(path: str | Path) -> Path:

@@ -6,10 +6,10 @@ from typing import Any
 
 from PySide6.QtCore import QSettings
 
+from gradviz.gui.layout import DEFAULT_VIEWS
+
 ORGANIZATION = "gradviz"
 APPLICATION = "gradviz"
-PANELS = ("code", "surface", "grads", "timeline")
-DEFAULT_PRESENTATION_PANELS = ("code", "surface", "grads")
 
 
 def settings() -> QSettings:
@@ -24,4 +24,4 @@ def read_list(store: QSettings, key: str, default: tuple[str, ...]) -> tuple[str
         return default
     if isinstance(value, str):
         value = [value] if value else []
-    return tuple(str(v) for v in value if str(v) in PANELS)
+    return tuple(str(v) for v in value if str(v) in DEFAULT_VIEWS)

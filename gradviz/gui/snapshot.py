@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gradviz.gui.render import application, check_writable, save_png
+from gradviz.gui.display import application, has_display
+from gradviz.gui.render import check_writable, save_png
 
 
 def write_snapshot(
@@ -44,14 +45,11 @@ def write_snapshot(
     from gradviz.gui.window import MainWindow
 
     check_writable(output)
-    if three_d:
-        from gradviz.gui.app import has_display
-
-        if not has_display():
-            raise UserError(
-                "--3d draws with OpenGL, which needs a display; without one, run it under a virtual "
-                "one: xvfb-run -a gradviz snapshot ... --3d."
-            )
+    if three_d and not has_display():
+        raise UserError(
+            "--3d draws with OpenGL, which needs a display; without one, run it under a virtual "
+            "one: xvfb-run -a gradviz snapshot ... --3d."
+        )
     app = application(offscreen=not three_d)
     controller = Controller(threaded=False)
     window = MainWindow(controller, interactive=False)

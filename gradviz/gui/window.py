@@ -29,8 +29,9 @@ from PySide6.QtWidgets import (
 from gradviz.export.atomic import write_bytes
 from gradviz.gui import edits
 from gradviz.gui.controller import SPEEDS, Controller
+from gradviz.gui.layout import DEFAULT_VIEWS, PRESENTATION_VIEWS, VIEWS, WINDOW_LAYOUT, position_text
 from gradviz.gui.narration import narrate
-from gradviz.gui.settings import DEFAULT_PRESENTATION_PANELS, PANELS, read_list, settings
+from gradviz.gui.settings import read_list, settings
 from gradviz.gui.tape import LabInfo
 from gradviz.gui.theme import (
     BASE_POINT_SIZE,
@@ -47,10 +48,10 @@ from gradviz.gui.views.scenario_bar import ScenarioBar
 from gradviz.gui.views.surface import SurfaceView
 from gradviz.gui.views.surface3d import Surface3DView
 from gradviz.gui.views.timeline import TimelineView
+from gradviz.gui.widgets import fix_lines
 
 DEFAULT_SCENARIO = "forgot-zero-grad"
 FRAME_MS = 33  # during Play: about the rate a projector shows, and time left for the worker
-PANEL_TITLES = {"code": "Code", "surface": "Loss surface", "grads": ".grad inspector", "timeline": "Timeline"}
 SPEED_LABELS = {0: "max"}
 
 
@@ -83,8 +84,8 @@ class MainWindow(QMainWindow):
         self._painted = False
         self._dirty = False
         self.frames = 0
-        self.presentation_panels: tuple[str, ...] = DEFAULT_PRESENTATION_PANELS
-        self.panels_shown: tuple[str, ...] = PANELS
+        self.presentation_panels: tuple[str, ...] = PRESENTATION_VIEWS
+        self.panels_shown: tuple[str, ...] = DEFAULT_VIEWS
 
         self.scenario_bar = ScenarioBar()
         self.narration = QLabel(narrate(None))
@@ -104,26 +105,11 @@ class MainWindow(QMainWindow):
             "grads": self.grads,
             "timeline": self.timeline,
         }
-        self.left = QSplitter(Qt.Orientation.Vertical)
-        self.left.addWidget(self.code)
-        self.left.addWidget(self.grads)
-        self.surfaces = QSplitter(Qt.Orientation.Horizontal)
-        self.surfaces.addWidget(self.surface)
-        self.surfaces.addWidget(self.surface3d)
-        self.right = QSplitter(Qt.Orientation.Vertical)
-        self.right.addWidget(self.surfaces)
-        self.right.addWidget(self.timeline)
-        self.split = QSplitter(Qt.Orientation.Horizontal)
-        self.split.addWidget(self.left)
-        self.split.addWidget(self.right)
-        for s in (self.left, self.right, self.split, self.surfaces):
-            s.setChildrenCollapsible(False)
-        self.split.setStretchFactor(0, 5)
-        self.split.setStretchFactor(1, 6)
-        self.left.setStretchFactor(0, 3)
-        self.left.setStretchFactor(1, 2)
-        self.right.setStretchFactor(0, 3)
-        self.right.setStretchFactor(1, 2)
+        self.split, self.columns = _splitters({**self.panels, "surface3d": self.surface3d}, tuple(VIEWS))
+        self.left, self.right = self.columns["left"], self.columns["right"]
+        surfaces = self.surface.parentWidget()
+        assert isinstance(surfaces, QSplitter)  # the 2-D and 3-D surfaces share a row
+        self.surfaces: QSplitter = surfaces
 
         central = QWidget()
         box = QVBoxLayout(central)
@@ -193,15 +179,15 @@ class MainWindow(QMainWindow):
         self.act_3d.toggled.connect(self.set_surface3d)
         self.addAction(self.act_3d)
         self.act_panels: dict[str, QAction] = {}
-        for key in PANELS:
-            act = QAction(PANEL_TITLES[key], self)
+        for key in DEFAULT_VIEWS:
+            act = QAction(VIEWS[key].title, self)
             act.setCheckable(True)
             act.setChecked(True)
             act.toggled.connect(lambda on, k=key: self.show_panel(k, on))
             self.act_panels[key] = act
         self.act_present_panels: dict[str, QAction] = {}
-        for key in PANELS:
-            act = QAction(PANEL_TITLES[key], self)
+        for key in DEFAULT_VIEWS:
+            act = QAction(VIEWS[key].title, self)
             act.setCheckable(True)
             act.toggled.connect(lambda on, k=key: self._presentation_panel(k, on))
             self.act_present_panels[key] = act
@@ -492,10 +478,7 @@ class MainWindow(QMainWindow):
         if info is None or moment is None:
             self.status.setText("Loading…")
             return
-        parts = [
-            f"iteration {moment.iteration() + 1 if moment.tick >= 0 else 0} of {info.scenario.iterations}"
-        ]
-        parts.append(f"op {moment.tick + 1}" if moment.tick >= 0 else "before the first op")
+        parts = [position_text(moment.tick, info.ticks_per_iteration, info.scenario.iterations)]
         if c.tape is not None and moment.tick < c.tape.last_tick:
             parts.append(f"history: {c.tape.last_tick + 1} ops (→ replays them)")
         runs = []
@@ -546,10 +529,7 @@ class MainWindow(QMainWindow):
     def _fix_narration_height(self) -> None:
         # Two lines, always: a label that grows and shrinks with its text would re-lay out
         # (and repaint) the whole window on every op.
-        self.narration.ensurePolished()
-        lines = self.narration.fontMetrics().lineSpacing() * 2
-        margins = self.narration.contentsMargins()
-        self.narration.setFixedHeight(lines + margins.top() + margins.bottom() + 14)
+        fix_lines(self.narration, 2)
 
     def set_presentation(self, on: bool, full_screen: bool = True) -> None:
         """Presentation mode: large type, no chrome, only the views chosen for it."""
@@ -589,7 +569,9 @@ class MainWindow(QMainWindow):
         self.schedule_redraw()
 
     def _presentation_panel(self, key: str, on: bool) -> None:
-        chosen = [k for k in PANELS if (k == key and on) or (k != key and k in self.presentation_panels)]
+        chosen = [
+            k for k in DEFAULT_VIEWS if (k == key and on) or (k != key and k in self.presentation_panels)
+        ]
         self.presentation_panels = tuple(chosen)
         if self.interactive:
             settings().setValue("presentation_panels", list(chosen))
@@ -600,7 +582,7 @@ class MainWindow(QMainWindow):
     def show_panel(self, key: str, on: bool) -> None:
         """Show or hide a panel outside presentation mode."""
         self.panels_shown = tuple(
-            k for k in PANELS if (k == key and on) or (k != key and k in self.panels_shown)
+            k for k in DEFAULT_VIEWS if (k == key and on) or (k != key and k in self.panels_shown)
         )
         if not self.presenting:
             self.panels[key].setVisible(on)
@@ -609,11 +591,7 @@ class MainWindow(QMainWindow):
 
     def _fix_splitters(self) -> None:
         # A splitter whose children are all hidden would keep an empty column.
-        self.left.setVisible(self.code.isVisibleTo(self.left) or self.grads.isVisibleTo(self.left))
-        self.surfaces.setVisible(
-            self.surface.isVisibleTo(self.surfaces) or self.surface3d.isVisibleTo(self.surfaces)
-        )
-        self.right.setVisible(self.surfaces.isVisibleTo(self.right) or self.timeline.isVisibleTo(self.right))
+        _hide_empty(self.split)
 
     # ------------------------------------------------------------ settings
     def _load_settings(self) -> None:
@@ -628,8 +606,8 @@ class MainWindow(QMainWindow):
             state = store.value(f"splitter/{key}")
             if isinstance(state, QByteArray):
                 splitter.restoreState(state)
-        self.panels_shown = read_list(store, "panels", PANELS)
-        self.presentation_panels = read_list(store, "presentation_panels", DEFAULT_PRESENTATION_PANELS)
+        self.panels_shown = read_list(store, "panels", DEFAULT_VIEWS)
+        self.presentation_panels = read_list(store, "presentation_panels", PRESENTATION_VIEWS)
         speed = store.value("speed")
         if speed is not None and int(speed) in SPEEDS:
             self.speed.setCurrentIndex(SPEEDS.index(int(speed)))
@@ -664,6 +642,47 @@ class MainWindow(QMainWindow):
         self.save_settings()
         self.controller.shutdown()
         super().closeEvent(event)
+
+
+def _splitters(widgets: dict[str, QWidget], shown: tuple[str, ...]) -> tuple[QSplitter, dict[str, QSplitter]]:
+    """The window's splitters, built from :data:`~gradviz.gui.layout.WINDOW_LAYOUT`.
+
+    Returns the outer splitter and each column's, by the column's name.
+    """
+    split = QSplitter(Qt.Orientation.Horizontal)
+    columns = {}
+    for c, column in enumerate(WINDOW_LAYOUT.arrange(shown)):
+        rows = QSplitter(Qt.Orientation.Vertical)
+        for r, cell in enumerate(column.cells):
+            if len(cell.views) == 1:
+                rows.addWidget(widgets[cell.views[0]])
+            else:
+                beside = QSplitter(Qt.Orientation.Horizontal)
+                beside.setChildrenCollapsible(False)
+                for view in cell.views:
+                    beside.addWidget(widgets[view])
+                rows.addWidget(beside)
+            rows.setStretchFactor(r, cell.stretch)
+        rows.setChildrenCollapsible(False)
+        split.addWidget(rows)
+        split.setStretchFactor(c, column.stretch)
+        columns[column.name] = rows
+    split.setChildrenCollapsible(False)
+    return split, columns
+
+
+def _hide_empty(splitter: QSplitter) -> bool:
+    """Hide every nested splitter none of whose views is shown; True when ``splitter`` shows one."""
+    any_shown = False
+    for i in range(splitter.count()):
+        child = splitter.widget(i)
+        if isinstance(child, QSplitter):
+            shown = _hide_empty(child)
+            child.setVisible(shown)
+        else:
+            shown = child is not None and child.isVisibleTo(splitter)
+        any_shown = any_shown or shown
+    return any_shown
 
 
 def wait_until_idle(window: MainWindow, timeout: float = 30.0) -> None:

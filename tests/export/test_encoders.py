@@ -14,8 +14,9 @@ from PIL import Image
 from gradviz.engine.errors import UserError
 from gradviz.export import GifWriter, PngFolderWriter, VideoWriter, check_output, frame_durations
 from gradviz.export.palette import PaletteMapper, build_palette, sample_indices
-from gradviz.export.plan import FramePlan, parse_views, plan_frames
+from gradviz.export.plan import FramePlan, plan_frames
 from gradviz.export.progress import ProgressBar
+from gradviz.gui.layout import parse_views
 from tests.export.conftest import gif_blocks, gif_durations, gif_frames, leftovers
 
 ORANGE = (0xD5, 0x5E, 0x00)

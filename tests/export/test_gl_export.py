@@ -12,10 +12,10 @@ from tests.export.conftest import gif_frames
 
 @pytest.mark.gl
 def test_surface3d_export_draws_the_mesh(export, tmp_path: Path) -> None:
-    from gradviz.gui.export_frames import FrameStyle, gl_refusal
+    from gradviz.gui.display import gl_refusal
 
     views = ("surface", "surface3d")
-    reason = gl_refusal(FrameStyle((800, 360), views))
+    reason = gl_refusal(views)
     if reason is not None:
         pytest.skip(reason)
     path, count = export(tmp_path / "a.gif", scenario="zero-grad-myths", ops=3, views=views, size=(800, 360))

@@ -83,7 +83,7 @@ def test_about_dialog_shows_the_version_and_the_app_knows_its_desktop_file(qtbot
 
     import gradviz
     from gradviz.gui.about import AboutDialog
-    from gradviz.gui.render import application
+    from gradviz.gui.display import application
 
     application()
     dialog = AboutDialog()

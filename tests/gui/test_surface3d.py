@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from gui_helpers import settle
 
-from gradviz.gui.gl_probe import gl_unavailable, platform_name
+from gradviz.gui.display import gl_unavailable, platform_name
 from gradviz.gui.views.surface3d import mesh_heights
 
 

@@ -5,7 +5,7 @@ loss over a plane) and the same paths, so the two always agree. Heights and
 shading are log10 of the loss when it spans decades, and the top few percent
 (diverged regions, 1e30 or inf) are clipped so they do not flatten the rest.
 
-``pyqtgraph.opengl`` is imported only after :mod:`gradviz.gui.gl_probe` says a
+``pyqtgraph.opengl`` is imported only after :mod:`gradviz.gui.display` says a
 context can be made; otherwise a placeholder says why and the 2-D view carries on.
 """
 
@@ -19,7 +19,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QLabel, QStackedLayout, QVBoxLayout, QWidget
 
-from gradviz.gui.gl_probe import gl_unavailable
+from gradviz.gui.display import gl_unavailable
 from gradviz.gui.tape import LabInfo, Moment
 from gradviz.gui.theme import LIGHT, Theme, run_color
 from gradviz.gui.views.surface import SurfaceView, colour_values

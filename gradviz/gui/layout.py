@@ -1,0 +1,154 @@
+"""What the views are and where they go: one description for the window, presentation mode and exports.
+
+The registry names every view once (its class, title and the smallest size at
+which it stays readable); the layout says how the shown views share the space:
+two columns, code and the ``.grad`` inspector on the left, the surfaces and the
+timeline on the right, the 3-D surface beside the 2-D one. The main window
+builds its splitters from it and an export frame its boxes, so the two cannot
+drift apart. Nothing here imports Qt until a view is made.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """One view: its name in menus, settings and ``--views``, its class and its readable minimum.
+
+    Attributes
+    ----------
+    name:
+        ``code``, ``grads``, ``surface``, ``timeline`` or ``surface3d``.
+    title:
+        What menus call it.
+    target:
+        ``module:Class`` of the widget, imported only when one is made.
+    min_size:
+        Width and height in pixels below which it stops being readable at the normal type
+        size (legends cover the plot, rows collide, the table loses columns).
+    default:
+        Whether the window and exports show it unless told otherwise (the 3-D surface
+        needs OpenGL, so it is asked for).
+    """
+
+    name: str
+    title: str
+    target: str
+    min_size: tuple[int, int]
+    default: bool = True
+
+    def widget_class(self) -> type[Any]:
+        """The view's widget class (importing Qt, and for ``surface3d`` nothing of OpenGL yet)."""
+        module, cls = self.target.split(":")
+        return getattr(importlib.import_module(module), cls)
+
+
+VIEWS: dict[str, ViewSpec] = {
+    spec.name: spec
+    for spec in (
+        ViewSpec("code", "Code", "gradviz.gui.views.code:CodeView", (260, 170)),
+        ViewSpec("surface", "Loss surface", "gradviz.gui.views.surface:SurfaceView", (360, 260)),
+        ViewSpec("grads", ".grad inspector", "gradviz.gui.views.grads:GradsView", (300, 120)),
+        ViewSpec("timeline", "Timeline", "gradviz.gui.views.timeline:TimelineView", (320, 200)),
+        ViewSpec(
+            "surface3d", "3-D surface", "gradviz.gui.views.surface3d:Surface3DView", (300, 260), default=False
+        ),
+    )
+}
+DEFAULT_VIEWS: tuple[str, ...] = tuple(name for name, spec in VIEWS.items() if spec.default)
+PRESENTATION_VIEWS: tuple[str, ...] = ("code", "surface", "grads")
+# Presentation type is larger, but plots need not grow with it as much.
+PRESENTATION_MIN_SCALE = 1.3
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Views side by side in one row of a column, and the row's share of the column's height."""
+
+    views: tuple[str, ...]
+    stretch: int
+
+
+@dataclass(frozen=True)
+class Column:
+    """Rows of views, top to bottom, the column's share of the width, and its name in settings."""
+
+    cells: tuple[Cell, ...]
+    stretch: int
+    name: str = ""
+
+    @property
+    def views(self) -> tuple[str, ...]:
+        return tuple(v for cell in self.cells for v in cell.views)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Columns of cells; :meth:`arrange` keeps the part that holds the views shown."""
+
+    columns: tuple[Column, ...]
+
+    def arrange(self, shown: Iterable[str]) -> tuple[Column, ...]:
+        """The columns, rows and views that hold a view of ``shown``, in the layout's order.
+
+        A lone 3-D surface takes the 2-D surface's place.
+        """
+        keep = set(shown)
+        out = []
+        for column in self.columns:
+            cells = tuple(
+                Cell(tuple(v for v in cell.views if v in keep), cell.stretch)
+                for cell in column.cells
+                if any(v in keep for v in cell.views)
+            )
+            if cells:
+                out.append(Column(cells, column.stretch, column.name))
+        return tuple(out)
+
+    def minimum(self, shown: Iterable[str], scale: float = 1.0) -> tuple[int, int]:
+        """The smallest width and height (without spacing) that keeps every shown view readable."""
+        width = height = 0
+        for column in self.arrange(shown):
+            w = max(sum(VIEWS[v].min_size[0] for v in cell.views) for cell in column.cells)
+            h = sum(max(VIEWS[v].min_size[1] for v in cell.views) for cell in column.cells)
+            width += w
+            height = max(height, h)
+        return int(width * scale), int(height * scale)
+
+
+WINDOW_LAYOUT = Layout(
+    (
+        Column((Cell(("code",), 3), Cell(("grads",), 2)), 5, "left"),
+        Column((Cell(("surface", "surface3d"), 3), Cell(("timeline",), 2)), 6, "right"),
+    )
+)
+
+
+def parse_views(text: str) -> tuple[str, ...]:
+    """Comma-separated view names, in the order given, without repeats; UserError for an unknown one."""
+    from gradviz.engine.errors import UserError
+
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UserError(f"--views needs at least one of {', '.join(VIEWS)}.")
+    unknown = [n for n in names if n not in VIEWS]
+    if unknown:
+        raise UserError(f"--views: unknown view {unknown[0]!r}; choose from {', '.join(VIEWS)}.")
+    return tuple(dict.fromkeys(names))
+
+
+def position_text(tick: int, ticks_per_iteration: int, iterations: int | None = None) -> str:
+    """Where the moment after ``tick`` is in the loop: "iteration 3 of 40 · op 9", or "start".
+
+    The window's status bar gives the scenario's length; an export frame's counter leaves it out.
+    """
+    if tick < 0:
+        return "before the first op" if iterations is not None else "start"
+    iteration = tick // ticks_per_iteration + 1
+    of = f" of {iterations}" if iterations is not None else ""
+    return f"iteration {iteration}{of} · op {tick + 1}"
