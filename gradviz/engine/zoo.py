@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -85,8 +86,64 @@ class Task:
     def make_data(self, g: torch.Generator) -> Batch:
         return ()
 
-    def header(self) -> list[str]:
+    def model_lines(self) -> list[str]:
+        """The lines that build the modules (and any parameter held outside them)."""
         raise NotImplementedError
+
+    def setup_lines(self) -> list[str]:
+        """The lines after the model's: the loss function and other fixed tensors."""
+        return []
+
+    def header(self) -> list[str]:
+        """Everything before the optimizer: the model as built, its starting values, the loss.
+
+        Executed as Python, these lines give the parameters the run starts from:
+        the seed where a module keeps PyTorch's random initialisation, and the
+        values ``model.init`` sets, set the same way in real PyTorch.
+        """
+        lines = [f"torch.manual_seed({self.seed})"] if self.random_start() else []
+        return [*lines, *self.model_lines(), *self.init_lines(), *self.setup_lines()]
+
+    def random_start(self) -> bool:
+        """Whether some module parameter keeps the random value the seeded build gave it."""
+        outside = set(self.outside)
+        return any(name not in self.spec.init for name in self.params if name not in outside)
+
+    def param_expr(self, name: str) -> str:
+        """Parameter ``name`` as Python: ``model.weight``, ``model[0].bias``, ``D[2].weight``."""
+        if name in self.outside:
+            return name
+        parts = name.split(".")
+        owner = parts.pop(0) if len(self.modules) > 1 else next(iter(self.modules))
+        return owner + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
+
+    def init_lines(self) -> list[str]:
+        """``model.init``'s values for module parameters, set in place without recording a graph."""
+        body = []
+        for name, value in self.spec.init.items():
+            if name in self.outside or name not in self.params:
+                continue
+            target = self.param_expr(name)
+            if _is_number(value):
+                body.append(f"{INDENT}{target}.fill_({_literal(value)})")
+            else:
+                body.append(f"{INDENT}{target}.copy_({self.tensor_literal(name, value)})")
+        return ["with torch.no_grad():", *body] if body else []
+
+    def tensor_literal(self, name: str, value: Any) -> str:
+        """``torch.tensor([...])`` of parameter ``name``'s shape holding ``value`` (number or nested list)."""
+        shape = tuple(self.params[name].shape)
+        if _is_number(value):
+            nested = np.full(shape, float(value)).tolist()
+        else:
+            nested = np.asarray(value, dtype=np.float64).reshape(shape).tolist()
+        return f"torch.tensor({_literal(nested)})"
+
+    def outside_value(self, name: str, default: str) -> str:
+        """The tensor an outside parameter is made from: ``model.init``'s value, else ``default``."""
+        if name in self.spec.init:
+            return self.tensor_literal(name, self.spec.init[name])
+        return default
 
     def loop_head(self) -> str:
         return f"for {', '.join(self.batch_vars)} in batches:"
@@ -146,6 +203,25 @@ class Task:
         return f"{line} / {loop.accumulate}" if scales(loop) else line
 
 
+INDENT = "    "
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _literal(value: Any) -> str:
+    """A number or nested list as Python source that PyTorch reads back to the same float32 values."""
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    v = float(value)
+    if math.isnan(v):
+        return "float('nan')"
+    if math.isinf(v):
+        return "float('inf')" if v > 0 else "-float('inf')"
+    return repr(v)
+
+
 def scales(loop: LoopSpec) -> bool:
     """Whether the loss is divided by the number of micro-batches."""
     return loop.scale_loss and loop.accumulate > 1
@@ -170,12 +246,12 @@ class Linear(Task):
         y = d.slope * x + d.intercept + d.noise * torch.randn(d.n, 1, generator=g)
         return x, y
 
-    def header(self) -> list[str]:
+    def model_lines(self) -> list[str]:
         args = "1, 1" if self.spec.bias else "1, 1, bias=False"
-        lines = [f"model = torch.nn.Linear({args})"]
-        if self.spec.loss == "mse":
-            lines.append("loss_fn = torch.nn.MSELoss()")
-        return lines
+        return [f"model = torch.nn.Linear({args})"]
+
+    def setup_lines(self) -> list[str]:
+        return ["loss_fn = torch.nn.MSELoss()"] if self.spec.loss == "mse" else []
 
     def prediction(self, x: str) -> str:
         return f"model({x})"
@@ -207,8 +283,9 @@ class LinearOffset(Linear):
         super().build()
         self.outside["offset"] = nn.Parameter(torch.zeros(1))
 
-    def header(self) -> list[str]:
-        return [*super().header(), "offset = torch.nn.Parameter(torch.zeros(1))  # not in model"]
+    def model_lines(self) -> list[str]:
+        offset = self.outside_value("offset", "torch.zeros(1)")
+        return [*super().model_lines(), f"offset = torch.nn.Parameter({offset})  # not in model"]
 
     def loop_head(self) -> str:
         if self.spec.offset_every > 1:
@@ -236,8 +313,11 @@ class Logistic(Task):
     def make_data(self, g: torch.Generator) -> Batch:
         return _blobs(self.data, g)
 
-    def header(self) -> list[str]:
-        return ["model = torch.nn.Linear(2, 1)", "loss_fn = torch.nn.BCEWithLogitsLoss()"]
+    def model_lines(self) -> list[str]:
+        return ["model = torch.nn.Linear(2, 1)"]
+
+    def setup_lines(self) -> list[str]:
+        return ["loss_fn = torch.nn.BCEWithLogitsLoss()"]
 
     def forward_lines(self, phase: Phase, names: Sequence[str], loop: LoopSpec) -> list[str]:
         x, y = names
@@ -282,20 +362,18 @@ class MLP(Task):
         y = torch.sin(x[:, :1] * 1.5) * torch.cos(x[:, 1:]) + d.noise * torch.randn(d.n, 1, generator=g)
         return x, y
 
-    def header(self) -> list[str]:
+    def model_lines(self) -> list[str]:
         act = {"tanh": "torch.nn.Tanh()", "relu": "torch.nn.ReLU()"}[self.spec.activation]
         dims = [self.inputs_dim(), *self.spec.widths, 1]
         parts = []
         for a, b in itertools.pairwise(dims[:-1]):
             parts += [f"torch.nn.Linear({a}, {b})", act]
         parts.append(f"torch.nn.Linear({dims[-2]}, 1)")
+        return ["model = torch.nn.Sequential(", *[f"    {p}," for p in parts], ")"]
+
+    def setup_lines(self) -> list[str]:
         loss = "BCEWithLogitsLoss" if self.data.kind == "blobs" else "MSELoss"
-        return [
-            "model = torch.nn.Sequential(",
-            *[f"    {p}," for p in parts],
-            ")",
-            f"loss_fn = torch.nn.{loss}()",
-        ]
+        return [f"loss_fn = torch.nn.{loss}()"]
 
     def forward_lines(self, phase: Phase, names: Sequence[str], loop: LoopSpec) -> list[str]:
         x, y = names
@@ -363,13 +441,20 @@ class Surface2D(Task):
         cls, start = FUNCTIONS[self.spec.kind]
         self.modules["model"] = cls(self.spec.start or start, self.spec.condition)
 
-    def header(self) -> list[str]:
+    def random_start(self) -> bool:
+        return False  # the point starts where start= says
+
+    def model_lines(self) -> list[str]:
         cls, start = FUNCTIONS[self.spec.kind]
-        pt = list(self.spec.start or start)
-        args = f"start={pt}"
+        # A starting point given by model.init is the point the function is built at.
+        pt = self.spec.init.get("xy", self.spec.start or start)
+        args = f"start={_literal(np.asarray(pt, dtype=np.float64).reshape(2).tolist())}"
         if self.spec.kind == "quadratic":
             args += f", condition={self.spec.condition:g}"
         return [f"model = {cls.__name__}({args})  # one parameter: model.xy = [x, y]"]
+
+    def init_lines(self) -> list[str]:
+        return []  # start= carries the point
 
     def loop_head(self) -> str:
         return "for step in range(steps):"
@@ -409,12 +494,13 @@ class GAN(Task):
             Phase("generator", "opt_g", "G", g, "G.parameters()", "loss_g"),
         ]
 
-    def header(self) -> list[str]:
+    def model_lines(self) -> list[str]:
         h = self.spec.hidden
         net = f"torch.nn.Sequential(torch.nn.Linear(1, {h}), torch.nn.Tanh(), torch.nn.Linear({h}, 1))"
+        return [f"D = {net}", f"G = {net}"]
+
+    def setup_lines(self) -> list[str]:
         return [
-            f"D = {net}",
-            f"G = {net}",
             "bce = torch.nn.BCEWithLogitsLoss()",
             f"ones, zeros = torch.ones({self.data.batch_size}, 1), torch.zeros({self.data.batch_size}, 1)",
         ]
