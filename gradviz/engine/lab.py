@@ -15,6 +15,7 @@ import torch
 
 from gradviz.engine.devices import resolve_device
 from gradviz.engine.errors import ScenarioError
+from gradviz.engine.lesson import check_params
 from gradviz.engine.loop import OpSlot
 from gradviz.engine.record import History, OpRecord, PackedSnapshot, RunHistory, Snapshot
 from gradviz.engine.run import Mode, Run
@@ -85,10 +86,13 @@ class Lab:
     def __init__(self, scenario: Scenario, record: str = "auto", keyframe_every: int | None = None) -> None:
         self.scenario = scenario
         self.device = resolve_device(scenario.device)
+        where = str(scenario.path or scenario.name)
         try:
             self.runs = [Run(spec, scenario, self.device) for spec in scenario.runs]
         except ScenarioError as exc:
-            raise ScenarioError(f"{scenario.path or scenario.name}: {exc}") from None
+            raise ScenarioError(f"{where}: {exc}") from None
+        if scenario.lesson is not None:
+            check_params(scenario.lesson, self.runs[0].names, where)
         if record == "auto":
             # Parameters, .grad and up to two state tensors each (Adam's moments).
             record = "full" if self.runs[0].layout.total * 4 <= FULL_RECORD_FLOATS else "light"

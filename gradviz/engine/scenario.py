@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gradviz.engine.errors import ScenarioError
+from gradviz.engine.lesson import Lesson, read_lesson
 
 Op = Literal["zero_grad", "forward", "backward", "step"]
 OPS: tuple[Op, ...] = ("zero_grad", "forward", "backward", "step")
@@ -136,6 +138,7 @@ class Scenario:
     data: DataSpec
     runs: tuple[RunSpec, ...]
     path: Path | None = None
+    lesson: Lesson | None = None
 
     def with_overrides(
         self,
@@ -200,6 +203,8 @@ class Scenario:
                     if _optimizer_dict(base.optimizer).get(k) != v
                 }
             out["runs"].append(entry)
+        if self.lesson is not None:
+            out["lesson"] = self.lesson.to_dict()
         return out
 
 
@@ -557,6 +562,9 @@ def parse_scenario(data: Mapping[str, Any], where: str, default_name: str = "sce
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
         raise _error(where, "runs", names, "distinct run names")
+    lesson = None
+    if top.has("lesson"):
+        lesson = read_lesson(top.table("lesson"), names, functools.partial(_error, where))
     top.finish()
     return Scenario(
         name=name,
@@ -568,6 +576,7 @@ def parse_scenario(data: Mapping[str, Any], where: str, default_name: str = "sce
         model=model,
         data=data_spec,
         runs=tuple(runs),
+        lesson=lesson,
     )
 
 
