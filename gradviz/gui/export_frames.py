@@ -91,12 +91,12 @@ class FrameStyle:
         return float(PRESENTATION_POINT_SIZE if self.presentation else BASE_POINT_SIZE)
 
 
-def caption_text(moment: Moment) -> str:
-    """The sentence under a frame: the window's narration, without its keyboard hints."""
+def caption_text(moment: Moment, run: str | None = None) -> str:
+    """The sentence over a frame: the window's narration of ``run``, without its keyboard hints."""
     if moment.tick < 0:
         scenario = moment.info.scenario
         return f"Before the first op. {scenario.summary or scenario.title}"
-    return narrate(moment)
+    return narrate(moment, run)
 
 
 def frame_colours(theme: Theme) -> list[RGB]:
@@ -300,7 +300,8 @@ class ExportFrame(QWidget):
             # A frame cannot be rotated: drop the view's hint on how to.
             view3d.caption.setText(view3d.caption.text().replace(DRAG_HINT, ""))
         if self.frame_style.caption:
-            self._fit_caption(caption_text(moment))
+            code = self.views.get("code")
+            self._fit_caption(caption_text(moment, code.run_name if code is not None else None))
             self.counter.setText(position_text(moment.tick, moment.info.ticks_per_iteration))
 
     def reserve_counter(self, widest: str) -> None:

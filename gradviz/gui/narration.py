@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -12,9 +13,10 @@ from gradviz.gui.tape import Moment
 OP_CALLS = {"forward": "forward", "backward": "backward()", "step": "step()", "zero_grad": "zero_grad()"}
 
 
-def _main_param(values: dict[str, Any], names: tuple[str, ...]) -> str | None:
-    """The parameter a sentence is about: the first one that holds something."""
-    for name in names:
+def _main_param(values: dict[str, Any], names: Sequence[str], moment: Moment) -> str | None:
+    """The parameter a sentence is about: the first that holds something, the lesson's lead first."""
+    lesson = moment.info.scenario.lesson
+    for name in lesson.order_params(names) if lesson else names:
         if values.get(name) is not None:
             return name
     return None
@@ -71,13 +73,53 @@ def _accumulates(moment: Moment, run: str) -> bool:
     return moment.info.runs[moment.info.run_index(run)].spec.loop.accumulate > 1
 
 
-def _backward_sentence(rec: Any, moment: Moment) -> str:
-    names = moment.info.runs[moment.info.run_index(rec.run)].names
+WHY_UNTOUCHED = {
+    "detach": "fake.detach() cut the graph at fake",
+    "no_grad": "fake was made under torch.no_grad(), so no graph led back to G",
+}
+
+
+def _two_models_sentence(rec: Any, moment: Moment, names: Sequence[str]) -> str | None:
+    """For a model of two parts (the GAN): whose ``.grad`` this backward filled, said either way,
+    because that is what ``detach()`` decides."""
+    run = moment.info.run(rec.run)
+    others = [(p, ns) for p, ns in run.phases.items() if p != rec.phase]
+    if not rec.phase or not others:
+        return None
     fresh = rec.fresh_grads or {}
-    stale = rec.stale_grads or {}
-    name = _main_param(fresh, names)
+    own = names[0].split(".")[0] if names else rec.phase
+    other_phase, other_names = others[0]
+    other = other_names[0].split(".")[0] if other_names else other_phase
+    reached = [n for n in other_names if fresh.get(n) is not None]
+    call = _statement(rec, moment)
+    if reached:
+        total = float(np.sqrt(sum(float(np.sum(np.square(fresh[n]))) for n in reached)))
+        also = f"{call} filled {own}'s .grad and also {other}'s (norm {fmt.number(total, 3)})"
+        if rec.phase == "discriminator":
+            return f"{also}: without detach() the discriminator's loss reaches the generator."
+        clear = next((slot for slot in run.ops if slot.phase == other_phase and slot.op == "zero_grad"), None)
+        if clear is None:
+            return f"{also}, and nothing clears {other}'s before its next step uses it."
+        line = run.source.splitlines()[clear.line - 1].strip()
+        return f"{also}: the generator's loss runs through {other}; {line} clears that before {other}'s step."
+    why = WHY_UNTOUCHED.get(run.spec.loop.fake, "nothing led back to it")
+    return f"{call} filled {own}'s .grad only; {other}'s .grad was not touched ({why})."
+
+
+def _backward_sentence(rec: Any, moment: Moment) -> str:
+    run = moment.info.run(rec.run)
+    names = run.phases.get(rec.phase, run.names) if rec.phase else run.names
+    two = _two_models_sentence(rec, moment, names)
+    if two is not None:
+        return two
+    fresh = rec.fresh_grads or {}
+    name = _main_param(fresh, names, moment)
     if name is None:
         return "backward() reached none of this run's parameters: every .grad stayed as it was."
+    return _backward_main(rec, moment, name, fresh, rec.stale_grads or {})
+
+
+def _backward_main(rec: Any, moment: Moment, name: str, fresh: dict[str, Any], stale: dict[str, Any]) -> str:
     added = f"backward() added {_amount(fresh[name])} to {name}.grad"
     before = stale.get(name)
     if before is None:
@@ -140,14 +182,22 @@ def _capitalised(sentence: str) -> str:
     return sentence[0].upper() + sentence[1:]
 
 
-def narrate(moment: Moment | None) -> str:
-    """The sentence for ``moment``: what its op did, in the first run that had one."""
+def narrate(moment: Moment | None, run: str | None = None) -> str:
+    """The sentence for ``moment``: what its op did in ``run`` (the one whose code is shown).
+
+    When ``run`` had no op at this moment, the first run that had one is narrated,
+    the lesson's leading runs first; with several runs the sentence names its run.
+    """
     if moment is None:
         return "Loading the scenario…"
     if moment.tick < 0:
         summary = moment.info.scenario.summary or moment.info.scenario.title
         return f"Ready: press → (or Space to play) to run the first op. {summary}"
-    for run in moment.run_names():
+    lesson = moment.info.scenario.lesson
+    names = lesson.order_runs(moment.run_names()) if lesson else moment.run_names()
+    if run in names:
+        names = [run, *(n for n in names if n != run)]
+    for run in names:
         rec = moment.op_record(run)
         if rec is None:
             continue

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from gradviz.engine.lab import Lab
     from gradviz.engine.landscape import Plane
     from gradviz.engine.loop import OpSlot
     from gradviz.engine.record import OpRecord, Snapshot
@@ -37,6 +38,12 @@ class RunInfo:
     spec: RunSpec
     # Lines that toggling zero_grad back on would insert: (0-based source line they go before, lines).
     ghost: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    # The parameters of each part of an iteration with its own loss and optimizer (the GAN has two).
+    phases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def phase_of(self, param: str) -> str:
+        """The phase whose optimizer holds ``param`` ("" for one-phase models)."""
+        return next((p for p, names in self.phases.items() if param in names), "")
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,68 @@ class LabInfo:
 
     def run_index(self, name: str) -> int:
         return next(i for i, r in enumerate(self.runs) if r.name == name)
+
+    def run(self, name: str) -> RunInfo:
+        return self.runs[self.run_index(name)]
+
+
+def describe_lab(lab: Lab, restore: Mapping[str, tuple[str, ...]] | None = None) -> LabInfo:
+    """What the GUI needs to know of a freshly built lab (call it where the lab lives).
+
+    ``restore`` maps run names to the loop order that re-enabling zero_grad gives
+    (the code panel shows those lines greyed out where they would go).
+    """
+    from gradviz.engine.devices import device_status
+    from gradviz.engine.lab import parameter_count
+    from gradviz.engine.surface import surface_model
+
+    restore = restore or {}
+    runs = tuple(
+        RunInfo(
+            name=r.name,
+            note=r.spec.note,
+            source=r.program.source,
+            ops=r.program.ops,
+            names=r.layout.names,
+            shapes=r.layout.shapes,
+            spec=r.spec,
+            ghost=_ghost_lines(r, restore.get(r.name)),
+            phases={name: phase.params for name, phase in r.phases.items()},
+        )
+        for r in lab.runs
+    )
+    return LabInfo(
+        scenario=lab.scenario,
+        runs=runs,
+        ticks_per_iteration=lab.ticks_per_iteration,
+        schedule=tuple(tuple(row) for row in lab.schedule),
+        device=str(lab.device),
+        devices=device_status(),
+        surface=surface_model(lab),
+        full_records=lab.mode == "full",
+        initial={r.name: lab.initial(r.name) for r in lab.runs},
+        parameter_count=parameter_count(lab),
+    )
+
+
+def _ghost_lines(run: Any, restore: tuple[str, ...] | None) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """Where the zero_grad lines a run skips would stand, rendered by the same loop renderer."""
+    import difflib
+    from dataclasses import replace
+
+    from gradviz.engine.loop import build_program
+
+    loop = run.spec.loop
+    if "zero_grad" in loop.order:
+        return ()
+    order = restore if restore and "zero_grad" in restore else ("zero_grad", *loop.order)
+    alt = build_program(run.task, replace(run.spec, loop=replace(loop, order=tuple(order))))
+    old, new = run.program.lines, alt.lines
+    out = []
+    for tag, i1, _i2, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
+        if tag == "insert":
+            out.append((i1, tuple(new[j1:j2])))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

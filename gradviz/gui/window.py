@@ -465,7 +465,7 @@ class MainWindow(QMainWindow):
                 view.draw(moment)  # type: ignore[attr-defined]
         if self.surface3d.isVisible():
             self.surface3d.draw(moment)
-        text = narrate(moment)
+        text = narrate(moment, self.code.run_name)
         if text != self.narration.text():
             self.narration.setText(text)
         self._update_status()

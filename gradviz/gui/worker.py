@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from PySide6.QtCore import QObject, Signal, Slot
 
-from gradviz.gui.tape import Entry, LabInfo, PlaneRequest, PlaneSurface, RunInfo, StepResult
+from gradviz.gui.tape import Entry, LabInfo, PlaneRequest, PlaneSurface, StepResult, describe_lab
 
 if TYPE_CHECKING:
     from gradviz.engine.lab import Lab
@@ -45,26 +45,6 @@ def validated(scenario: Scenario) -> Scenario:
 
     where = str(scenario.path or scenario.name)
     return replace(loads_scenario(dumps_scenario(scenario), where, scenario.name), path=scenario.path)
-
-
-def _ghost_lines(run: Any, restore: tuple[str, ...] | None) -> tuple[tuple[int, tuple[str, ...]], ...]:
-    """Where the zero_grad lines a run skips would stand, rendered by the same loop renderer."""
-    import difflib
-    from dataclasses import replace
-
-    from gradviz.engine.loop import build_program
-
-    loop = run.spec.loop
-    if "zero_grad" in loop.order:
-        return ()
-    order = restore if restore and "zero_grad" in restore else ("zero_grad", *loop.order)
-    alt = build_program(run.task, replace(run.spec, loop=replace(loop, order=tuple(order))))
-    old, new = run.program.lines, alt.lines
-    out = []
-    for tag, i1, _i2, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
-        if tag == "insert":
-            out.append((i1, tuple(new[j1:j2])))
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -269,10 +249,8 @@ class LabWorker(QObject):
             self.step(until_tick, generation)
 
     def _build(self, source: Any, restore: dict[str, tuple[str, ...]]) -> None:
-        from gradviz.engine.devices import device_status
-        from gradviz.engine.lab import Lab, parameter_count, set_threads
+        from gradviz.engine.lab import Lab, set_threads
         from gradviz.engine.scenario import Scenario, load_scenario
-        from gradviz.engine.surface import surface_model
 
         # One intra-op thread: faster for small models and leaves a core to the GUI.
         set_threads(1)
@@ -280,31 +258,7 @@ class LabWorker(QObject):
         lab = Lab(scenario)
         self.lab = lab
         self._known = {r.name: 0 for r in lab.runs}
-        runs = tuple(
-            RunInfo(
-                name=r.name,
-                note=r.spec.note,
-                source=r.program.source,
-                ops=r.program.ops,
-                names=r.layout.names,
-                shapes=r.layout.shapes,
-                spec=r.spec,
-                ghost=_ghost_lines(r, restore.get(r.name)),
-            )
-            for r in lab.runs
-        )
-        self.info = LabInfo(
-            scenario=scenario,
-            runs=runs,
-            ticks_per_iteration=lab.ticks_per_iteration,
-            schedule=tuple(tuple(row) for row in lab.schedule),
-            device=str(lab.device),
-            devices=device_status(),
-            surface=surface_model(lab),
-            full_records=lab.mode == "full",
-            initial={r.name: lab.initial(r.name) for r in lab.runs},
-            parameter_count=parameter_count(lab),
-        )
+        self.info = describe_lab(lab, restore)
 
     # ---------------------------------------------------------------- step
     @Slot(int, int)

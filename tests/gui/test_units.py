@@ -9,7 +9,7 @@ import numpy as np
 from gradviz.engine import Lab, load_scenario
 from gradviz.gui import edits, fmt
 from gradviz.gui.narration import narrate
-from gradviz.gui.tape import Entry, LabInfo, Moment, RunInfo, StepResult, Tape
+from gradviz.gui.tape import Entry, Moment, StepResult, Tape, describe_lab
 from gradviz.gui.worker import validated
 
 
@@ -40,22 +40,7 @@ def test_edits_round_trip_through_validation() -> None:
 
 def _lab_moment(name: str, ticks: int) -> Moment:
     lab = Lab(load_scenario(name))
-    runs = tuple(
-        RunInfo(r.name, r.spec.note, r.program.source, r.program.ops, r.layout.names, r.layout.shapes, r.spec)
-        for r in lab.runs
-    )
-    info = LabInfo(
-        scenario=lab.scenario,
-        runs=runs,
-        ticks_per_iteration=lab.ticks_per_iteration,
-        schedule=tuple(tuple(row) for row in lab.schedule),
-        device="cpu",
-        devices={"cpu": None},
-        surface=None,
-        full_records=True,
-        initial={r.name: lab.initial(r.name) for r in lab.runs},
-        parameter_count=2,
-    )
+    info = describe_lab(lab)
     tape = Tape(info)
     for _ in range(ticks):
         lab.step()
@@ -109,3 +94,22 @@ def test_zero_grad_narration_names_the_call_that_ran_and_claims_only_what_is_tru
     text = narrate(_lab_moment("net-vs-optimizer-zero-grad", 5))
     assert text.startswith("model: model.zero_grad() cleared what it holds but not offset.grad")
     assert "keeps piling up" in text
+
+
+def test_narration_at_the_discriminators_backward_says_whether_the_generators_grad_was_touched() -> None:
+    moment = _lab_moment("gan-detach", 3)  # opt_d.zero_grad(), forward, loss_d.backward()
+    assert narrate(moment, "no-detach").startswith(
+        "no-detach: loss_d.backward() filled D's .grad and also G's"
+    )
+    assert "G's .grad was not touched (fake.detach() cut the graph" in narrate(moment, "detach")
+    assert "G's .grad was not touched (fake was made under torch.no_grad()" in narrate(moment, "no-grad")
+
+
+def test_narration_follows_the_run_whose_code_is_shown_and_leads_with_the_lessons_parameter() -> None:
+    moment = _lab_moment("set-to-none", 3)
+    text = narrate(moment, "zeros")
+    added = fmt.number(moment.op_record("zeros").fresh_grads["offset"].item(), 3)
+    assert text.startswith(f"zeros: backward() added {added} to offset.grad"), text
+    assert narrate(moment).startswith("none: ")
+    # A run with no op at this moment: the one that had one is narrated, and named.
+    assert narrate(_lab_moment("forgot-zero-grad", 1), "yours").startswith("reference: ")
