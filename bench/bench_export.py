@@ -10,13 +10,22 @@ building the lab, stepping it, drawing with the window's views, and encoding.
 
 Run: ``QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_export.py [--repeats 3] [--keep DIR]``
 (needs matplotlib, which gradviz itself does not depend on).
+
+A second section encodes the same video frames twice: in process through PyAV
+(what ``gradviz export -o out.mp4`` does) and piped raw into an ``ffmpeg``
+program with the same codec settings (what gradviz did before). Both sides get
+frames rendered once beforehand, so their times are conversion to YUV and
+encoding only. It is skipped, with a line saying so, when no ``ffmpeg`` is on
+PATH (``apt install ffmpeg``; gradviz itself does not need it).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -121,6 +130,63 @@ def gradviz_gif(out: Path, caption: bool) -> None:
     export_animation(SCENARIO, out, style=style, fps=FPS, frames=ExportRange(ops=FRAMES))
 
 
+def rendered_frames(count: int) -> list[np.ndarray]:
+    """``count`` frames of the surface view, one per op, as the export draws them."""
+    from gradviz.export.plan import plan_frames
+    from gradviz.gui.export_frames import FrameRenderer, FrameStyle
+
+    renderer = FrameRenderer(SCENARIO, FrameStyle(SIZE, ("surface",)))
+    try:
+        plan = plan_frames(renderer.ticks_per_iteration, ops=count)
+        renderer.prepare_surface(plan.ticks()[-1])
+        return [frame.copy() for frame in renderer.frames(plan)]
+    finally:
+        renderer.close()
+
+
+def pyav_video(frames: list[np.ndarray], out: Path) -> None:
+    """gradviz's own writer: PyAV, FFmpeg's libraries in this process."""
+    from gradviz.export.video import VideoWriter
+
+    h, w, _ = frames[0].shape
+    with VideoWriter(out, (w, h), FPS) as writer:
+        for frame in frames:
+            writer.add(frame)
+        writer.commit()
+
+
+def ffmpeg_command(binary: str, size: tuple[int, int], out: Path) -> list[str]:
+    """The ffmpeg program's equivalent of the writer's settings (see gradviz.export.video)."""
+    from gradviz.export.video import PIXEL_FORMAT, VIDEO_FORMATS, find_encoder
+
+    suffix = out.suffix
+    encoder = find_encoder(suffix)
+    assert encoder is not None
+    fmt = VIDEO_FORMATS[suffix]
+    cmd = [binary, "-hide_banner", "-loglevel", "error", "-nostdin", "-y"]
+    cmd += ["-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{size[0]}x{size[1]}", "-framerate", f"{FPS}"]
+    cmd += ["-i", "pipe:0", "-an", "-vf", "scale=out_color_matrix=bt709:out_range=tv"]
+    cmd += ["-c:v", encoder.name, "-pix_fmt", PIXEL_FORMAT]
+    for key, value in encoder.options.items():
+        cmd += [f"-{key}", value]
+    cmd += ["-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv"]
+    for key, value in fmt.options.items():
+        cmd += [f"-{key}", value]
+    return [*cmd, "-f", fmt.muxer, str(out)]
+
+
+def ffmpeg_video(binary: str, frames: list[np.ndarray], out: Path) -> None:
+    """The ffmpeg program reading raw RGB frames on stdin, as gradviz used to export video."""
+    h, w, _ = frames[0].shape
+    proc = subprocess.Popen(ffmpeg_command(binary, (w, h), out), stdin=subprocess.PIPE)
+    assert proc.stdin is not None
+    for frame in frames:
+        proc.stdin.write(frame.tobytes())
+    proc.stdin.close()
+    if proc.wait() != 0:
+        raise RuntimeError(f"ffmpeg exited with status {proc.returncode}")
+
+
 def timed(fn: Callable[..., None], *args: object) -> float:
     start = time.perf_counter()
     fn(*args)
@@ -176,6 +242,47 @@ def run(folder: Path, repeats: int) -> None:
         f"(target: at least 5x faster, at most 1.00x the size); with captions "
         f"{t['mpl'] / t['caption']:.1f}x faster, {size['caption'] / size['mpl']:.2f}x the size."
     )
+    video(folder, repeats)
+
+
+def video(folder: Path, repeats: int) -> None:
+    """MP4 and WebM: PyAV in process against the ffmpeg program fed through a pipe, same frames."""
+    import av
+
+    from gradviz.export.video import VIDEO_FORMATS, find_encoder
+
+    print()
+    binary = shutil.which("ffmpeg")
+    if binary is None:
+        print("Video: no ffmpeg program on PATH to compare with (apt install ffmpeg); skipped.")
+        return
+    frames = rendered_frames(FRAMES)
+    version = subprocess.run([binary, "-version"], capture_output=True, text=True).stdout.split()[2]
+    print(
+        f"Video: the same {len(frames)} rendered frames {SIZE[0]}x{SIZE[1]} at {FPS} fps, encode only, "
+        f"median of {repeats}; PyAV {av.__version__} (FFmpeg {av.ffmpeg_version_info}) "
+        f"against the ffmpeg {version} program"
+    )
+    print(f"{'':44} {'time':>8} {'size':>10}")
+    for suffix in (".mp4", ".webm"):
+        encoder = find_encoder(suffix)
+        assert encoder is not None
+        name = VIDEO_FORMATS[suffix].label
+        out = {"pyav": folder / f"pyav{suffix}", "ffmpeg": folder / f"ffmpeg{suffix}"}
+        pyav_video(frames, out["pyav"])  # warm-up: the libraries' first load
+        times: dict[str, list[float]] = {k: [] for k in out}
+        for _ in range(repeats):
+            times["pyav"].append(timed(pyav_video, frames, out["pyav"]))
+            times["ffmpeg"].append(timed(ffmpeg_video, binary, frames, out["ffmpeg"]))
+        t = {k: statistics.median(v) for k, v in times.items()}
+        size = {k: p.stat().st_size for k, p in out.items()}
+        label = f"{name} {encoder.codec} ({encoder.name}"
+        print(f"{label + ', PyAV in process)':44} {t['pyav']:7.2f}s {size['pyav'] / 1024:8.0f} KB")
+        print(f"{label + ', ffmpeg program, pipe)':44} {t['ffmpeg']:7.2f}s {size['ffmpeg'] / 1024:8.0f} KB")
+        print(
+            f"{name}: PyAV takes {t['pyav'] / t['ffmpeg']:.2f}x the ffmpeg pipe's time "
+            f"and writes {size['pyav'] / size['ffmpeg']:.2f}x its size."
+        )
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the 3-D surface too (needs OpenGL: without a display, run under xvfb-run)",
     )
 
-    e = sub.add_parser("export", help="export an animation: GIF, MP4/WebM (with ffmpeg) or PNG frames")
+    e = sub.add_parser("export", help="export an animation: GIF, MP4/WebM video or PNG frames")
     e.add_argument("scenario", help="built-in name or TOML file")
     e.add_argument(
         "-o",
@@ -285,8 +285,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     style = FrameStyle(size, views, caption=args.caption == "narration", presentation=args.presentation)
     frames = ExportRange(args.per_frame, args.first, args.last, args.ops, args.iterations)
     scenario = load_scenario(args.scenario).with_overrides(lr=args.lr, device=args.device)
+    notes: list[str] = []
     with ProgressBar(sys.stderr) as bar:
-        out = export_animation(scenario, args.output, style=style, fps=args.fps, frames=frames, progress=bar)
+        out = export_animation(
+            scenario, args.output, style=style, fps=args.fps, frames=frames, progress=bar, note=notes.append
+        )
+    for sentence in notes:  # after the bar has cleared its line
+        sys.stderr.write(f"gradviz: {sentence}\n")
     print(out[0])
     return 0
 

@@ -25,6 +25,9 @@ class FrameWriter(ABC):
     """
 
     path: Path
+    #: Sentences the user should read about how the output differs from what was asked
+    #: (a video's size made even, say); known once the writer exists.
+    notes: tuple[str, ...] = ()
 
     @abstractmethod
     def add(self, frame: np.ndarray) -> None:

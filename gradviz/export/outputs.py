@@ -1,14 +1,14 @@
 """Which kind of output a path asks for, and whether it can be written, decided before any work.
 
-``.gif`` is always available; ``.mp4`` and ``.webm`` need an ``ffmpeg`` binary;
-a path without an extension (or an existing folder) is a folder of numbered PNGs.
+``.gif``, ``.mp4`` (H.264) and ``.webm`` (VP9) are written in this process (video
+through PyAV, see :mod:`gradviz.export.video`); a path without an extension (or an
+existing folder) is a folder of numbered PNGs.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,10 +16,6 @@ from gradviz.engine.errors import UserError
 
 VIDEO_SUFFIXES = (".mp4", ".webm")
 FORMATS = "a .gif file, an .mp4 or .webm video, or a folder name (no extension) for numbered PNGs"
-FFMPEG_HINT = (
-    "install ffmpeg (apt install ffmpeg, brew install ffmpeg, or from ffmpeg.org) "
-    "so that it is on PATH, or export a .gif instead"
-)
 FRAME_NAME = re.compile(r"frame-\d+\.png")
 
 
@@ -37,11 +33,6 @@ class Output:
 
     path: Path
     kind: str
-
-
-def find_ffmpeg() -> str | None:
-    """The ffmpeg binary on PATH, or None."""
-    return shutil.which("ffmpeg")
 
 
 def _writable_folder(folder: Path, shown: Path) -> None:
@@ -72,8 +63,8 @@ def check_output(path: str | Path) -> Output:
     Raises
     ------
     UserError
-        For an unknown extension, a missing or read-only folder, a video without
-        ffmpeg, or a folder that holds files other than an earlier export.
+        For an unknown extension, a missing or read-only folder, or a folder
+        that holds files other than an earlier export.
     """
     text = str(path)
     p = Path(path).expanduser()
@@ -94,7 +85,5 @@ def check_output(path: str | Path) -> Output:
         raise UserError(f"gradviz cannot write {suffix} files{hint}; give {FORMATS}.")
     _writable_folder(folder, p)
     if suffix in VIDEO_SUFFIXES:
-        if find_ffmpeg() is None:
-            raise UserError(f"Writing {suffix} video needs ffmpeg, which was not found: {FFMPEG_HINT}.")
         return Output(p, "video")
     return Output(p, "gif")

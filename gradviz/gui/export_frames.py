@@ -661,6 +661,7 @@ def export_animation(
     fps: float,
     frames: ExportRange = ExportRange(),
     progress: Callable[[str, int, int], None] | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> tuple[Path, int]:
     """Export an animation in one call (the command line's path).
 
@@ -669,6 +670,9 @@ def export_animation(
     progress:
         Called as ``progress(phase, done, total)`` with phase ``"render"`` per frame and
         ``"encode"`` while a GIF is encoded; it may raise (say ExportCancelled) to stop.
+    note:
+        Called, once the output is in place, with each sentence the user should read about
+        how it differs from what was asked (an odd video size made even, say).
 
     Returns
     -------
@@ -681,7 +685,11 @@ def export_animation(
             if progress is not None:
                 progress("render", job.done, job.total)
         encode = None if progress is None else (lambda done, total: progress("encode", done, total))
-        return job.finish(encode), job.done
+        path = job.finish(encode)
     except BaseException:
         job.cancel()
         raise
+    if note is not None:
+        for sentence in job.writer.notes:
+            note(sentence)
+    return path, job.done

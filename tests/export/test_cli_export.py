@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from fractions import Fraction
 from pathlib import Path
 
+import av
 import pytest
 from PIL import Image
 
@@ -58,14 +63,12 @@ def test_bad_input_is_one_sentence_and_status_2(qapp, capsys, tmp_path: Path, ar
     assert [p.name for p in tmp_path.iterdir()] == []
 
 
-def test_unwritable_folder_and_missing_ffmpeg(qapp, capsys, tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr("gradviz.export.outputs.find_ffmpeg", lambda: None)
-    code, _, err = _run(capsys, "export", "forgot-zero-grad", "-o", str(tmp_path / "a.mp4"), *SMALL)
-    assert code == 2 and "needs ffmpeg" in err and err.count("\n") == 1
+def test_unwritable_folder_is_one_sentence(qapp, capsys, tmp_path: Path, monkeypatch) -> None:
     # Root may write anywhere, so the folder's refusal is simulated.
     monkeypatch.setattr("gradviz.export.outputs.os.access", lambda path, mode: False)
-    code, _, err = _run(capsys, "export", "forgot-zero-grad", "-o", str(tmp_path / "a.gif"), *SMALL)
-    assert code == 2 and "cannot be written" in err and err.count("\n") == 1
+    for name in ("a.gif", "a.mp4"):
+        code, _, err = _run(capsys, "export", "forgot-zero-grad", "-o", str(tmp_path / name), *SMALL)
+        assert code == 2 and "cannot be written" in err and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
 
 
@@ -90,3 +93,45 @@ def test_surface3d_without_opengl_is_one_sentence(qapp, capsys, tmp_path: Path) 
     assert "xvfb-run -a gradviz export" in err and err.count("\n") == 1, err
     assert err.replace("...", "").count(". ") == 0, err
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def _video(path: Path) -> tuple[str, tuple[int, int], int, float, Fraction]:
+    """(codec, size, frames, seconds, frame rate) of a video, decoded with PyAV."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        count = sum(1 for _ in container.decode(stream))
+        assert container.duration is not None and stream.average_rate is not None
+        size = (stream.width, stream.height)
+        return stream.codec_context.name, size, count, container.duration / av.time_base, stream.average_rate
+
+
+def test_mp4_export_needs_no_ffmpeg_program(tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    path = tmp_path / "out.mp4"
+    # The venv's python by its absolute path; PATH leads to no program at all, ffmpeg included.
+    env = {**os.environ, "PATH": str(empty), "QT_QPA_PLATFORM": "offscreen"}
+    argv = ["export", "forgot-zero-grad", "-o", str(path), "--iterations", "2", "--views", "surface"]
+    done = subprocess.run(
+        [sys.executable, "-m", "gradviz", *argv], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, str(path), "")
+    codec, size, count, seconds, rate = _video(path)
+    assert (codec, size, rate) == ("h264", (640, 480), 4)  # one view's default size, 4 fps
+    assert count >= 2 and seconds == pytest.approx(count / 4, abs=0.01)
+    assert leftovers(tmp_path) == []
+
+
+def test_odd_size_is_said_on_stderr_in_one_line(qapp, capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    path = tmp_path / "odd.mp4"
+    argv = ["-o", str(path), "--views", "surface", "--size", "641x481", "--ops", "3", "--fps", "2.5"]
+    code, out, err = _run(capsys, "export", "forgot-zero-grad", *argv)
+    assert (code, out.strip()) == (0, str(path))
+    assert err == "gradviz: 641x481 is odd; the MP4 is 642x482 (H.264 needs even sides).\n"
+    assert _video(path) == ("h264", (642, 482), 3, pytest.approx(1.2, abs=0.01), Fraction(5, 2))
+    webm = tmp_path / "odd.webm"
+    argv[1] = str(webm)
+    code, out, err = _run(capsys, "export", "forgot-zero-grad", *argv)
+    assert (code, out.strip(), err) == (0, str(webm), "")  # VP9 keeps the size as asked
+    assert _video(webm)[:3] == ("vp9", (641, 481), 3)

@@ -1,14 +1,17 @@
-"""The Qt-free encoders: GIF palette and timing, atomic writes, PNG folders, ffmpeg, progress."""
+"""The Qt-free encoders: GIF palette and timing, atomic writes, PNG folders, MP4/WebM, progress."""
 
 from __future__ import annotations
 
 import io
-import os
-import stat
+from dataclasses import replace
+from fractions import Fraction
 from pathlib import Path
+from typing import NamedTuple
 
+import av
 import numpy as np
 import pytest
+from av.video.reformatter import Colorspace
 from PIL import Image
 
 from gradviz.engine.errors import UserError
@@ -16,6 +19,7 @@ from gradviz.export import GifWriter, PngFolderWriter, VideoWriter, check_output
 from gradviz.export.palette import PaletteMapper, build_palette, sample_indices
 from gradviz.export.plan import FramePlan, plan_frames
 from gradviz.export.progress import ProgressBar
+from gradviz.export.video import VIDEO_FORMATS, Encoder, frame_rate
 from gradviz.gui.layout import parse_views
 from tests.export.conftest import gif_blocks, gif_durations, gif_frames, leftovers
 
@@ -117,46 +121,6 @@ def test_png_folder_is_numbered_and_replaces_only_an_earlier_export(tmp_path: Pa
         check_output(out)
 
 
-def _fake_ffmpeg(folder: Path, body: str) -> None:
-    script = folder / "ffmpeg"
-    script.write_text(f"#!/bin/sh\n{body}\n")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-
-
-def test_video_pipes_raw_frames_to_ffmpeg_and_renames_its_output(tmp_path: Path, monkeypatch) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    # Stands in for ffmpeg: the last argument is the output file; stdin holds the raw frames.
-    _fake_ffmpeg(bin_dir, 'for a; do out="$a"; done; cat > "$out"')
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    path = tmp_path / "a.mp4"
-    assert check_output(path).kind == "video"
-    writer = VideoWriter(path, (64, 48), fps=10)
-    for f in frames(4):
-        writer.add(f)
-    writer.commit()
-    assert path.stat().st_size == 4 * 64 * 48 * 3 and leftovers(tmp_path) == []
-
-
-def test_ffmpeg_failure_is_one_sentence_and_leaves_no_file(tmp_path: Path, monkeypatch) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _fake_ffmpeg(bin_dir, "cat > /dev/null; echo 'Unknown encoder libx264' >&2; exit 1")
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    path = tmp_path / "a.webm"
-    writer = VideoWriter(path, (64, 48), fps=10)
-    writer.add(frames(1)[0])
-    with pytest.raises(UserError, match=r"ffmpeg could not write a\.webm \(Unknown encoder libx264\)"):
-        writer.commit()
-    assert not path.exists() and leftovers(tmp_path) == []
-
-
-def test_video_without_ffmpeg_says_how_to_get_it(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr("gradviz.export.outputs.find_ffmpeg", lambda: None)
-    with pytest.raises(UserError, match=r"needs ffmpeg.*apt install ffmpeg"):
-        check_output(tmp_path / "a.mp4")
-
-
 @pytest.mark.parametrize(
     ("name", "message"),
     [
@@ -213,3 +177,126 @@ def test_leaving_the_block_without_commit_leaves_nothing(tmp_path: Path) -> None
         gif.add(frames(2)[1])
         gif.commit()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gif"]
+
+
+def blocks(count: int, size: tuple[int, int]) -> list[np.ndarray]:
+    """Orange left half, blue right half, and a white bar along the bottom that grows per frame."""
+    w, h = size
+    out = []
+    for i in range(count):
+        f = np.empty((h, w, 3), dtype=np.uint8)
+        f[:, : w // 2] = ORANGE
+        f[:, w // 2 :] = BLUE
+        f[h - 4 :, : 4 * (i + 1)] = 255
+        out.append(f)
+    return out
+
+
+def write_video(path: Path, size: tuple[int, int], fps: float, count: int) -> VideoWriter:
+    writer = VideoWriter(path, size, fps)
+    for f in blocks(count, size):
+        writer.add(f)
+    writer.commit()
+    return writer
+
+
+class Decoded(NamedTuple):
+    codec: str
+    rate: Fraction
+    duration: float
+    matrix: int
+    pictures: list[np.ndarray]
+
+
+def decode(path: Path) -> Decoded:
+    """A video read back with PyAV: codec, frame rate, seconds, YUV matrix, frames as RGB."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        pictures = list(container.decode(stream))
+        assert container.duration is not None and stream.average_rate is not None
+        return Decoded(
+            stream.codec_context.name,
+            Fraction(stream.average_rate),
+            container.duration / av.time_base,
+            pictures[0].colorspace,
+            [p.to_ndarray(format="rgb24") for p in pictures],
+        )
+
+
+@pytest.mark.parametrize(("name", "codec"), [("a.mp4", "h264"), ("a.webm", "vp9")])
+@pytest.mark.parametrize("fps", [4.0, 2.5])
+def test_video_decodes_to_the_frames_written_at_their_rate(
+    tmp_path: Path, monkeypatch, name: str, codec: str, fps: float
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ffmpeg program to be found
+    path = tmp_path / name
+    assert check_output(path).kind == "video"
+    writer = write_video(path, (96, 64), fps, 6)
+    assert writer.notes == () and len(writer) == 6
+    video = decode(path)
+    pictures = video.pictures
+    assert (video.codec, video.rate, len(pictures), pictures[0].shape) == (codec, fps, 6, (64, 96, 3))
+    assert video.duration == pytest.approx(6 / fps, abs=0.01) and video.matrix == Colorspace.ITU709
+    for picture in (pictures[0], pictures[-1]):
+        # Lossy, so close rather than equal: the middle of each flat block.
+        assert np.abs(picture[8:40, 8:40].astype(int) - ORANGE).max() <= 8
+        assert np.abs(picture[8:40, 56:88].astype(int) - BLUE).max() <= 8
+    # The bar grew: white at the end where the first frame was still orange.
+    assert pictures[-1][-2, 20].min() > 230 and pictures[0][-2, 20][2] < 60
+    assert leftovers(tmp_path) == []
+
+
+def test_mp4_plays_before_it_has_loaded_and_is_reproducible(tmp_path: Path) -> None:
+    for name in ("a.mp4", "b.mp4"):
+        write_video(tmp_path / name, (96, 64), 4, 4)
+    data = (tmp_path / "a.mp4").read_bytes()
+    assert data.find(b"moov") < data.find(b"mdat")  # +faststart: the index comes first
+    assert data == (tmp_path / "b.mp4").read_bytes()
+
+
+def test_frame_rates_are_exact_fractions() -> None:
+    assert frame_rate(2.5) == Fraction(5, 2) and frame_rate(4.0) == 4
+    assert frame_rate(29.97) == Fraction(2997, 100) and frame_rate(1 / 3) == Fraction(1, 3)
+    with pytest.raises(ValueError, match="positive"):
+        frame_rate(0)
+
+
+def test_odd_size_mp4_is_padded_to_even_and_says_so(tmp_path: Path) -> None:
+    writer = write_video(tmp_path / "a.mp4", (97, 65), 4, 3)
+    assert writer.notes == ("97x65 is odd; the MP4 is 98x66 (H.264 needs even sides).",)
+    pictures = decode(tmp_path / "a.mp4").pictures
+    assert pictures[0].shape == (66, 98, 3)
+    # The added column and row repeat the edge (blue), not black.
+    assert np.abs(pictures[0][8:40, -1].astype(int) - BLUE).max() <= 12
+    # VP9 keeps any size: no padding, no note.
+    webm = write_video(tmp_path / "a.webm", (97, 65), 4, 3)
+    assert webm.notes == () and decode(tmp_path / "a.webm").pictures[0].shape == (65, 97, 3)
+
+
+def test_webm_falls_back_to_vp8_and_a_missing_encoder_is_one_sentence(tmp_path: Path, monkeypatch) -> None:
+    webm = VIDEO_FORMATS[".webm"]
+    missing = Encoder("no-such-vp9-encoder", "VP9")
+    monkeypatch.setitem(VIDEO_FORMATS, ".webm", replace(webm, encoders=(missing, *webm.encoders[1:])))
+    writer = write_video(tmp_path / "a.webm", (96, 64), 4, 3)
+    video = decode(tmp_path / "a.webm")
+    assert (writer.encoder.name, video.codec, video.matrix) == ("libvpx", "vp8", Colorspace.ITU601)
+    assert np.abs(video.pictures[0][8:40, 8:40].astype(int) - ORANGE).max() <= 8
+    monkeypatch.setitem(VIDEO_FORMATS, ".webm", replace(webm, encoders=(missing,)))
+    with pytest.raises(UserError, match=r"no VP9 encoder \(no-such-vp9-encoder\).*or export a \.gif"):
+        VideoWriter(tmp_path / "b.webm", (96, 64), 4)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.webm"]
+
+
+def test_encoder_failure_is_one_sentence_and_keeps_the_previous_video(tmp_path: Path) -> None:
+    path = tmp_path / "a.mp4"
+    path.write_bytes(b"previous")
+    # Wider than any H.264 level allows: libx264 refuses to open on the first frame.
+    writer = VideoWriter(path, (20_000, 2), 4)
+    with pytest.raises(UserError, match=r"libx264 encoder could not write a\.mp4 \(.+\); try a \.gif"):
+        writer.add(np.zeros((2, 20_000, 3), dtype=np.uint8))
+    writer.abort()
+    assert path.read_bytes() == b"previous" and leftovers(tmp_path) == []
+    with pytest.raises(RuntimeError), VideoWriter(path, (96, 64), 4) as video:
+        video.add(blocks(1, (96, 64))[0])
+        raise RuntimeError("cancelled while drawing")
+    assert path.read_bytes() == b"previous" and leftovers(tmp_path) == []
