@@ -13,7 +13,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gradviz.engine.lesson import Lesson
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,16 @@ WINDOW_LAYOUT = Layout(
         Column((Cell(("surface", "surface3d"), 3), Cell(("timeline",), 2)), 6, "right"),
     )
 )
+
+
+SURFACES = ("surface", "surface3d")
+
+
+def views_for(lesson: Lesson | None, views: Iterable[str]) -> tuple[str, ...]:
+    """``views`` less the surfaces when the scenario's lesson leaves them out (they teach nothing there)."""
+    if lesson is not None and lesson.surface == "none":
+        return tuple(v for v in views if v not in SURFACES)
+    return tuple(views)
 
 
 def parse_views(text: str) -> tuple[str, ...]:

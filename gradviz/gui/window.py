@@ -29,7 +29,14 @@ from PySide6.QtWidgets import (
 from gradviz.export.atomic import write_bytes
 from gradviz.gui import edits
 from gradviz.gui.controller import SPEEDS, Controller
-from gradviz.gui.layout import DEFAULT_VIEWS, PRESENTATION_VIEWS, VIEWS, WINDOW_LAYOUT, position_text
+from gradviz.gui.layout import (
+    DEFAULT_VIEWS,
+    PRESENTATION_VIEWS,
+    VIEWS,
+    WINDOW_LAYOUT,
+    position_text,
+    views_for,
+)
 from gradviz.gui.narration import narrate
 from gradviz.gui.settings import read_list, settings
 from gradviz.gui.tape import LabInfo
@@ -291,6 +298,7 @@ class MainWindow(QMainWindow):
         self.grads.set_lab(info)
         self.timeline.set_lab(info)
         self.scenario_bar.set_lab(info, self.code.run_name)
+        self._show_chosen()
         self.setWindowTitle(f"gradviz: {info.scenario.title}")
         if self.interactive:
             key = str(info.scenario.path) if info.scenario.path else info.scenario.name
@@ -308,11 +316,10 @@ class MainWindow(QMainWindow):
         self.act_3d.blockSignals(False)
         if on:
             self.surface3d.activate()
-        self.surface3d.setVisible(on)
+        self._show_chosen()
         if on:
             width = max(self.surfaces.width(), 2)
             self.surfaces.setSizes([width // 2, width - width // 2])
-        self._fix_splitters()
         if self.interactive:
             settings().setValue("surface3d", on)
         self.schedule_redraw()
@@ -544,10 +551,7 @@ class MainWindow(QMainWindow):
             apply_theme(app, self.theme, on)
         for w in (self.menuBar(), self.toolbar, self.scenario_bar, self.statusBar()):
             w.setVisible(not on)
-        chosen = self.presentation_panels if on else self.panels_shown
-        for key, view in self.panels.items():
-            view.setVisible(key in chosen)
-        self._fix_splitters()
+        self._show_chosen()
         if on:
             self._normal_sizes = self.split.sizes()
             half = max(self.split.width(), 2) // 2
@@ -576,8 +580,7 @@ class MainWindow(QMainWindow):
         if self.interactive:
             settings().setValue("presentation_panels", list(chosen))
         if self.presenting:
-            self.panels[key].setVisible(on)
-            self._fix_splitters()
+            self._show_chosen()
 
     def show_panel(self, key: str, on: bool) -> None:
         """Show or hide a panel outside presentation mode."""
@@ -585,9 +588,18 @@ class MainWindow(QMainWindow):
             k for k in DEFAULT_VIEWS if (k == key and on) or (k != key and k in self.panels_shown)
         )
         if not self.presenting:
-            self.panels[key].setVisible(on)
-            self._fix_splitters()
+            self._show_chosen()
         self.schedule_redraw()
+
+    def _show_chosen(self) -> None:
+        """Show the views chosen for this mode, less a surface the scenario's lesson leaves out."""
+        chosen = self.presentation_panels if self.presenting else self.panels_shown
+        info = self.controller.info
+        shown = views_for(info.scenario.lesson if info else None, (*chosen, "surface3d"))
+        for key, view in self.panels.items():
+            view.setVisible(key in shown)
+        self.surface3d.setVisible(self.act_3d.isChecked() and "surface3d" in shown)
+        self._fix_splitters()
 
     def _fix_splitters(self) -> None:
         # A splitter whose children are all hidden would keep an empty column.

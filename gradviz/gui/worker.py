@@ -14,7 +14,7 @@ on while a surface is computed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from gradviz.gui.tape import Entry, LabInfo, PlaneRequest, PlaneSurface, StepRes
 if TYPE_CHECKING:
     from gradviz.engine.lab import Lab
     from gradviz.engine.landscape import Plane, PointLoss
+    from gradviz.engine.lesson import Lesson
     from gradviz.engine.scenario import Scenario
 
 Extent = tuple[tuple[float, float], tuple[float, float]]
@@ -61,21 +62,41 @@ class PlaneJob:
 
 
 def plane_kinds(info: LabInfo) -> list[tuple[str, str]]:
-    """The plane kinds that make sense for a lab's model, as (kind, label), the default first."""
-    if info.surface is not None:
+    """The plane kinds that make sense for a lab's model, as (kind, label), the default first.
+
+    The scenario's lesson picks the default: the plane along the two parameters it
+    names, or a kind; a lesson that leaves the surface out gets none.
+    """
+    lesson = info.scenario.lesson
+    if info.surface is not None or (lesson is not None and lesson.surface == "none"):
         return []
     n = info.parameter_count
     if n <= 1:
         return [("curve", "Loss curve over the parameter")]
     kinds = []
     run = info.runs[0]
-    if all(int(np.prod(s)) == 1 for s in run.shapes):
-        kinds.append(("axes", f"{run.names[0]} × {run.names[1]} (the rest fixed)"))
+    x, y = axes_of(run.names, run.shapes, lesson)
+    if x is not None and y is not None:
+        kinds.append(("axes", f"{x} × {y} (the rest fixed)"))
     kinds.append(("random", "Random directions (filter-normalised)"))
     kinds.append(("pca", "Principal components of the path"))
     if len(info.runs) >= 2:
-        kinds.append(("three-points", f"Start, {info.runs[0].name}, {info.runs[1].name}"))
+        kinds.append(("three-points", f"Start, {run.name}, {info.runs[1].name}"))
+    if lesson is not None and lesson.surface in dict(kinds):
+        kinds.sort(key=lambda k: k[0] != lesson.surface)
     return kinds
+
+
+def axes_of(
+    names: Sequence[str], shapes: Sequence[tuple[int, ...]], lesson: Lesson | None
+) -> tuple[str | None, str | None]:
+    """The two one-element parameters an axes plane is drawn along: the lesson's, or the first two."""
+    scalars = [name for name, shape in zip(names, shapes, strict=True) if int(np.prod(shape)) == 1]
+    if lesson is not None and lesson.surface_axes and all(a in scalars for a in lesson.surface_axes):
+        return lesson.surface_axes
+    if len(scalars) == len(names) and len(scalars) >= 2:
+        return scalars[0], scalars[1]
+    return None, None
 
 
 def make_plane(lab: Lab, kind: str, run: str) -> Plane:
@@ -87,18 +108,24 @@ def make_plane(lab: Lab, kind: str, run: str) -> Plane:
         When the plane does not exist yet (a path that has not moved, runs on one line).
     """
     from gradviz.engine import landscape
+    from gradviz.engine.errors import UserError
 
     layout = lab.run(run).layout
     if kind == "curve":
         # One parameter: its own axis; the second direction is zero, so coordinates are (w, 0).
         return landscape.Plane("curve", layout, np.zeros(1), np.array([[1.0], [0.0]]), (layout.names[0], ""))
     if kind == "axes":
+        names = axes_of(layout.names, layout.shapes, lab.scenario.lesson)
+        if names[0] is None or names[1] is None:
+            raise UserError("This model has no two one-number parameters to draw a plane along.")
+        starts = np.cumsum((0, *layout.sizes))
+        at = [int(starts[layout.names.index(n)]) for n in names]
         centre = landscape.current_params(lab.run(run))
         dirs = np.zeros((2, layout.total))
-        dirs[0, 0] = dirs[1, 1] = 1.0
+        dirs[0, at[0]] = dirs[1, at[1]] = 1.0
         # The two axes keep their own values: the centre is zero along them.
-        centre[:2] = 0.0
-        return landscape.Plane("axes", layout, centre, dirs, (layout.names[0], layout.names[1]))
+        centre[at] = 0.0
+        return landscape.Plane("axes", layout, centre, dirs, (names[0], names[1]))
     return landscape.plane_for(lab, run, kind)  # type: ignore[arg-type]
 
 

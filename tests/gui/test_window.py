@@ -316,18 +316,29 @@ def test_changing_lr_restarts_from_the_same_weights(open_window, qtbot) -> None:
 def test_scenario_picker_opens_another_scenario(open_window, qtbot) -> None:
     w = open_window("forgot-zero-grad")
     picker = w.scenario_bar.scenario
-    index = picker.findData("gan-detach")
+    index = picker.findData("set-to-none")
     picker.setCurrentIndex(index)
     picker.activated.emit(index)
-    qtbot.waitUntil(lambda: w.controller.info.scenario.name == "gan-detach", timeout=30000)
+    qtbot.waitUntil(lambda: w.controller.info.scenario.name == "set-to-none", timeout=30000)
     settle(qtbot, w)
-    # Its loss picture is a plane through weight space, computed off the GUI thread.
+    # Its loss picture is the plane its lesson names, through offset, computed off the GUI thread.
     qtbot.waitUntil(
         lambda: w.surface.plane_surface is not None and w.surface.plane_surface.final, timeout=30000
     )
+    assert w.surface.plane_surface.plane.labels == ("offset", "weight")
     assert w.surface.stack.currentIndex() == 0 and "Off the plane" in w.surface.caption.text()
+
+
+def test_a_lesson_without_a_surface_gives_its_space_to_the_other_views(open_window, qtbot) -> None:
+    w = open_window("gan-detach")
+    settle(qtbot, w)
+    assert not w.surface.isVisible() and w.grads.isVisible() and w.code.isVisible()
     press(qtbot, w, RIGHT, modifier=SHIFT)
     assert w.grads.table.rowCount() == 3 * 8
+    w.open_scenario("forgot-zero-grad")
+    qtbot.waitUntil(lambda: w.controller.info.scenario.name == "forgot-zero-grad", timeout=30000)
+    settle(qtbot, w)
+    assert w.surface.isVisible()
 
 
 def test_a_real_font_is_found(qapp) -> None:

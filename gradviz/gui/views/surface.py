@@ -300,6 +300,10 @@ class SurfaceView(QWidget):
             items.point.setPen(pg.mkPen(self.theme.base, width=2))
             self.legend.addItem(items.path, run.name)
             self.items.append(items)
+        lesson = info.scenario.lesson
+        if lesson is not None and lesson.surface == "none":
+            self._set_no_surface(lesson.point)
+            return
         model = info.surface
         if model is None:
             self._set_plane_lab(info)
@@ -323,6 +327,16 @@ class SurfaceView(QWidget):
             what = f"the {model.kind} function"
         self.title.setText(f"Loss surface: {what}")
         self._compute()
+
+    def _set_no_surface(self, point: str) -> None:
+        """Say in the surface's place that this lesson has none to show, and why."""
+        self.mode = "none"
+        self.controls.setVisible(False)
+        self.title.setText("Loss surface")
+        self.placeholder.setText(
+            f"No loss surface for this lesson: no plane through weight space shows it. {point}"
+        )
+        self.stack.setCurrentIndex(1)
 
     def _set_plane_lab(self, info: LabInfo) -> None:
         kinds = plane_kinds(info)
