@@ -79,6 +79,9 @@ class CodeView(QWidget):
         self.ran: tuple[int, int] | None = None
         self.next_line: int | None = None
         self.toggles: list[tuple[int, QCheckBox]] = []
+        # Width of the column at the editor's right edge that holds the line checkboxes when
+        # one would not fit after its line's text (0 while every one fits inline).
+        self.side_width = 0
 
         self.title = QLabel("Code")
         self.title.setObjectName("panelTitle")
@@ -203,14 +206,14 @@ class CodeView(QWidget):
                 and ("zero_grad(" in d.text or "p.grad" in d.text)
                 and self._has_choice(d)
             ):
-                box = QCheckBox("set_to_none", self.editor.viewport())
+                box = QCheckBox("set_to_none", self.editor)
                 box.setObjectName("setToNoneToggle")
                 box.setChecked(loop.set_to_none)
                 box.setToolTip("Checked: .grad becomes None. Unchecked: .grad is filled with zeros.")
                 box.toggled.connect(lambda on: self._emit("set_to_none", on))
                 self.toggles.append((row, box))
             if d.number in forward_lines and loop.accumulate > 1 and "loss" in d.text:
-                box = QCheckBox(f"/ {loop.accumulate}", self.editor.viewport())
+                box = QCheckBox(f"/ {loop.accumulate}", self.editor)
                 box.setObjectName("scaleLossToggle")
                 box.setChecked(loop.scale_loss)
                 box.setToolTip(f"Divide each micro-batch loss by {loop.accumulate} so the sum is a mean")
@@ -250,7 +253,7 @@ class CodeView(QWidget):
 
     def _layout_gutter(self) -> None:
         width = self.gutter_width()
-        self.editor.setViewportMargins(width, 0, 0, 0)
+        self.editor.setViewportMargins(width, 0, self.side_width, 0)
         cr = self.editor.contentsRect()
         self.gutter.setGeometry(QRect(cr.left(), cr.top(), width, cr.height()))
 
@@ -273,8 +276,31 @@ class CodeView(QWidget):
         geom = self.editor.blockBoundingGeometry(block).translated(self.editor.contentOffset())
         return geom.toRect()
 
-    def _place_toggles(self) -> None:
+    def _inline_x(self, row: int) -> int:
+        """Where a checkbox after ``row``'s text starts, in the text's own (unscrolled) coordinates."""
         fm = self.editor.fontMetrics()
+        margin = int(self.editor.document().documentMargin())
+        return margin + fm.horizontalAdvance(self.lines[row].text) + fm.horizontalAdvance("  ")
+
+    def _wanted_side_width(self) -> int:
+        """The right-hand column the line checkboxes need: none while each fits after its text."""
+        boxes = [(row, box) for row, box in self.toggles if box.parent() is not self.gutter]
+        if not boxes:
+            return 0
+        # The width the text would have without the column, so the answer does not depend on it.
+        room = self.editor.viewport().width() + self.side_width
+        if all(self._inline_x(row) + box.sizeHint().width() + 2 <= room for row, box in boxes):
+            return 0
+        return max(box.sizeHint().width() for _, box in boxes) + 8
+
+    def _place_toggles(self) -> None:
+        side = self._wanted_side_width()
+        if side != self.side_width:
+            # A checkbox would run past the panel's edge: all of them go to a column of their own.
+            self.side_width = side
+            self._layout_gutter()
+        viewport = self.editor.viewport().geometry()  # in the editor's coordinates
+        scrolled = self.editor.horizontalScrollBar().value()
         for row, box in self.toggles:
             rect = self._row_rect(row)
             if rect is None:
@@ -284,10 +310,17 @@ class CodeView(QWidget):
             y = rect.top() + (rect.height() - size.height()) // 2
             if box.parent() is self.gutter:
                 box.move(self.gutter.width() - size.width() - 2, y)
+                box.setVisible(rect.bottom() >= 0 and rect.top() <= self.editor.viewport().height())
+                continue
+            if self.side_width:
+                x = viewport.right() + 1 + (self.side_width - size.width()) // 2
             else:
-                x = fm.horizontalAdvance(self.lines[row].text) + fm.horizontalAdvance("    ") + 4
-                box.setGeometry(x, y, size.width(), size.height())
-            box.setVisible(rect.bottom() >= 0 and rect.top() <= self.editor.viewport().height())
+                x = viewport.left() + self._inline_x(row) - scrolled
+            top = viewport.top() + y
+            box.setGeometry(x, top, size.width(), size.height())
+            # Children of the editor are not clipped by the text area: show only whole ones inside it.
+            inside = top >= viewport.top() and top + size.height() <= viewport.bottom() + 1
+            box.setVisible(inside and x >= viewport.left())
 
     def paint_gutter(self, gutter: QWidget, event: QPaintEvent) -> None:
         painter = QPainter(gutter)
@@ -360,10 +393,11 @@ class CodeView(QWidget):
         if self.next_line is not None:
             selections.append(self._line_selection(self._row_of(self.next_line), self.theme.code_next))
         self.editor.setExtraSelections([s for s in selections if s is not None])
-        focus = self.next_line or (self.ran[1] if self.ran else None)
-        if focus is not None:
-            # Keep the line that runs next in sight when the panel is short (presentation mode).
-            row = self._row_of(focus)
+        # Keep the lines that ran and the line that runs next in sight when the panel is short
+        # (a long setup, presentation mode): the next line last, so it wins where not all fit.
+        focus = [*(self.ran[::-1] if self.ran else ()), self.next_line]
+        for number in focus:
+            row = self._row_of(number) if number is not None else -1
             if row >= 0:
                 cursor = self.editor.textCursor()
                 cursor.setPosition(self.editor.document().findBlockByNumber(row).position())

@@ -1,0 +1,91 @@
+"""What a lecturer sees at the back of the hall: the code shown is the code run, nothing is clipped,
+every label is readable in both themes, and colours mean what the captions say."""
+
+from __future__ import annotations
+
+import pytest
+from gui_helpers import press, settle
+from PySide6.QtCore import QPoint, QRect
+from PySide6.QtGui import QFontMetrics
+
+
+def _step(qtbot, window, ops: int) -> None:
+    from PySide6.QtCore import Qt
+
+    press(qtbot, window, Qt.Key.Key_Right, ops)
+    settle(qtbot, window)
+
+
+# ------------------------------------------------------------------ code panel
+def test_the_code_panel_shows_the_starting_values_the_run_starts_from(open_window, qtbot) -> None:
+    w = open_window("set-to-none")
+    text = w.code.editor.toPlainText()
+    assert "offset = torch.nn.Parameter(torch.tensor([2.0]))  # not in model" in text
+    assert "torch.zeros(1)" not in text
+    assert "with torch.no_grad():\n    model.weight.fill_(-1.0)\n    model.bias.fill_(0.0)" in text
+
+
+def test_the_lines_that_ran_and_run_next_stay_in_sight_under_a_long_setup(open_window, qtbot) -> None:
+    w = open_window("set-to-none")
+    _step(qtbot, w, 12)  # the step has run; zero_grad runs next
+    ran, next_line = w.code.line_state()
+    assert ran is not None and next_line is not None
+    editor = w.code.editor
+    for number in (*ran, next_line):
+        row = w.code._row_of(number)
+        rect = w.code._row_rect(row)
+        assert rect is not None
+        # The line's text is in sight (its last pixel row of padding may sit at the edge).
+        baseline = rect.top() + editor.fontMetrics().ascent()
+        assert rect.top() >= 0 and baseline <= editor.viewport().height(), number
+
+
+def _assert_line_toggles_fit(code) -> int:
+    """Every shown checkbox on a code line lies inside the panel, whole, and clear of its line's text."""
+    editor = code.editor
+    viewport = editor.viewport().geometry()
+    panel = code.rect()
+    shown = 0
+    for row, box in code.toggles:
+        if box.parent() is code.gutter or not box.isVisible():
+            continue
+        shown += 1
+        fm = QFontMetrics(box.font())
+        # The label is drawn whole: the box is as wide as its indicator and text ask for.
+        assert box.width() >= box.sizeHint().width(), box.text()
+        assert box.width() > fm.horizontalAdvance(box.text()), box.text()
+        where = QRect(box.mapTo(code, QPoint(0, 0)), box.size())
+        assert panel.contains(where), (box.text(), where, panel)
+        inside_editor = QRect(editor.mapTo(code, QPoint(0, 0)), editor.size())
+        assert inside_editor.contains(where), (box.text(), where, inside_editor)
+        # Not over the code: after the line's text, or in the column to the right of the text.
+        margin = int(editor.document().documentMargin())
+        text_width = QFontMetrics(editor.font()).horizontalAdvance(code.lines[row].text)
+        text_end = viewport.left() + margin + text_width - editor.horizontalScrollBar().value()
+        at = QRect(box.mapTo(editor, QPoint(0, 0)), box.size())  # in the editor's coordinates
+        assert at.x() >= min(text_end, viewport.right()), (box.text(), at, text_end)
+        assert at.right() <= viewport.right() or at.x() > viewport.right(), (box.text(), at, viewport)
+    return shown
+
+
+@pytest.mark.parametrize("size", [(1280, 720), (1100, 720), (1024, 768)])
+def test_the_scale_toggle_fits_inside_the_code_panel(open_window, qtbot, size) -> None:
+    w = open_window("two-batch-accumulation")
+    w.resize(*size)
+    _step(qtbot, w, 2)
+    box = w.code.toggle("scale_loss")
+    assert box is not None and box.text() == "/ 2"
+    # Bring the loss line into view, as a user scrolling the panel would.
+    row = next(r for r, b in w.code.toggles if b is box)
+    w.code.editor.verticalScrollBar().setValue(max(row - 2, 0))
+    qtbot.wait(10)
+    assert box.isVisible()
+    assert _assert_line_toggles_fit(w.code) >= 1
+
+
+def test_line_toggles_fit_in_presentation_mode(open_window, qtbot) -> None:
+    w = open_window("two-batch-accumulation")
+    w.set_presentation(True, full_screen=False)
+    w.resize(1280, 720)
+    _step(qtbot, w, 1)
+    assert _assert_line_toggles_fit(w.code) >= 1
