@@ -4,9 +4,9 @@ every label is readable in both themes, and colours mean what the captions say."
 from __future__ import annotations
 
 import pytest
-from gui_helpers import press, settle
+from gui_helpers import colour_near, press, settle
 from PySide6.QtCore import QPoint, QRect
-from PySide6.QtGui import QFontMetrics
+from PySide6.QtGui import QColor, QFontMetrics
 
 
 def _step(qtbot, window, ops: int) -> None:
@@ -89,3 +89,29 @@ def test_line_toggles_fit_in_presentation_mode(open_window, qtbot) -> None:
     w.resize(1280, 720)
     _step(qtbot, w, 1)
     assert _assert_line_toggles_fit(w.code) >= 1
+
+
+# ------------------------------------------------------------ .grad inspector
+def _cell_colours(table, row: int, col: int) -> list[QColor]:
+    """Every pixel of one cell as drawn."""
+    table.scrollToItem(table.item(row, col))
+    rect = table.visualItemRect(table.item(row, col))
+    image = table.viewport().grab(rect).toImage()
+    return [image.pixelColor(x, y) for x in range(image.width()) for y in range(image.height())]
+
+
+def test_tensor_bars_are_drawn_in_their_run_s_colour(open_window, qtbot) -> None:
+    from gradviz.gui.theme import run_color
+
+    w = open_window("zero-grad-myths")
+    _step(qtbot, w, 7)  # both runs have a .grad and a fresh backward
+    grads = w.grads
+    for i, run in enumerate(w.controller.info.runs):
+        other = run_color(1 - i)
+        for col in (1, 2, 3):  # value, .grad, + backward: vectors drawn as bars
+            row = grads.rows[(run.name, "0.weight")]
+            pixels = _cell_colours(grads.table, row, col)
+            ours = sum(colour_near(p, run_color(i), 12) for p in pixels)
+            theirs = sum(colour_near(p, other, 12) for p in pixels)
+            assert ours > 20, (run.name, col, "bars in the run's colour")
+            assert theirs == 0, (run.name, col, "no bars in another run's colour")

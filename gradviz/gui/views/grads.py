@@ -33,6 +33,7 @@ from gradviz.gui.theme import LIGHT, Theme, run_color, run_glyph
 KIND = Qt.ItemDataRole.UserRole
 VALUES = Qt.ItemDataRole.UserRole + 1
 CHANGED = Qt.ItemDataRole.UserRole + 2
+RUN = Qt.ItemDataRole.UserRole + 3  # the index of the cell's run: its bars are drawn in its colour
 BARS_UP_TO = 16
 HIST_BINS = 24
 
@@ -117,7 +118,9 @@ class CellDelegate(QStyledItemDelegate):
             return
         values = index.data(VALUES)
         if kind == "array" and values is not None and np.size(values) > 1:
-            self._paint_vector(painter, rect, np.asarray(values, dtype=np.float64).reshape(-1), theme)
+            run = index.data(RUN)
+            colour = run_color(run) if isinstance(run, int) else theme.accent
+            self._paint_vector(painter, rect, np.asarray(values, dtype=np.float64).reshape(-1), theme, colour)
             painter.restore()
             return
         painter.restore()
@@ -140,7 +143,9 @@ class CellDelegate(QStyledItemDelegate):
         width = fm.horizontalAdvance("-0.0000") * 3 // 2 if vector else fm.horizontalAdvance(text)
         return QSize(width + 12, fm.height() + 8)
 
-    def _paint_vector(self, painter: QPainter, rect: QRect, flat: np.ndarray, theme: Theme) -> None:
+    def _paint_vector(
+        self, painter: QPainter, rect: QRect, flat: np.ndarray, theme: Theme, colour: str
+    ) -> None:
         area = QRectF(rect.adjusted(6, 4, -6, -4))
         finite = flat[np.isfinite(flat)]
         pen = QPen(QColor(theme.muted))
@@ -148,7 +153,7 @@ class CellDelegate(QStyledItemDelegate):
         if finite.size == 0:
             painter.drawText(area, int(Qt.AlignmentFlag.AlignVCenter), "no finite values")
             return
-        brush = QBrush(QColor(theme.accent))
+        brush = QBrush(QColor(colour))
         if flat.size <= BARS_UP_TO:
             scale = float(np.abs(finite).max()) or 1.0
             mid = area.center().y()
@@ -228,7 +233,9 @@ class GradsView(QWidget):
             item.setData(KIND, "text")
             self.table.setItem(row, 0, item)
             for col in range(1, len(COLUMNS)):
-                self.table.setItem(row, col, QTableWidgetItem(""))
+                cell = QTableWidgetItem("")
+                cell.setData(RUN, i)
+                self.table.setItem(row, col, cell)
         self.fit_columns()
 
     def fit_columns(self) -> None:
