@@ -51,7 +51,7 @@ def test_another_plane_kind_is_computed_and_the_path_lies_in_it(open_window, qtb
 
 
 def test_stale_surfaces_are_dropped(open_window, qtbot) -> None:
-    w = open_window("gan-detach")
+    w = open_window("zero-grad-myths")
     qtbot.waitUntil(lambda: _final(w), timeout=30000)
     c = w.controller
     seen: list[int] = []
