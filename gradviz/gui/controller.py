@@ -95,7 +95,6 @@ class Controller(QObject):
         self._fetching = False
         self._replaying = False
         self._last_play_step = 0.0
-        self._play_limit: int | None = None
         self._play_timer = QTimer(self)
         self._play_timer.setSingleShot(True)
         self._play_timer.timeout.connect(self._play_next)
@@ -179,6 +178,23 @@ class Controller(QObject):
     def at_end(self) -> bool:
         return self.tape is None or self.cursor >= self.tape.last_tick
 
+    @property
+    def last_tick(self) -> int:
+        """The scenario's last tick: stepping stops there (its iterations set how long a lab runs)."""
+        if self.info is None:
+            return -1
+        return self.info.scenario.iterations * self.info.ticks_per_iteration - 1
+
+    @property
+    def finished(self) -> bool:
+        """True when every op of the scenario's iterations has been performed and shown."""
+        return self.tape is not None and self.at_end and self.tape.last_tick >= self.last_tick
+
+    def _can_step_on(self) -> bool:
+        """Whether the lab may perform another op: not every run stopped, not past the scenario's end."""
+        assert self.tape is not None
+        return not self.tape.stopped and not self.finished
+
     def _move(self, tick: int) -> None:
         if tick != self.cursor:
             self.cursor = tick
@@ -194,7 +210,7 @@ class Controller(QObject):
             if nxt is not None:
                 self._move(nxt)
             return True
-        if self.tape.stopped:
+        if not self._can_step_on():
             return False
         self._submit(-1)
         return True
@@ -204,12 +220,12 @@ class Controller(QObject):
         if self.tape is None or self.info is None or self.busy:
             return False
         tpi = self.info.ticks_per_iteration
-        end = ((self.cursor + 1) // tpi + 1) * tpi - 1
+        end = min(((self.cursor + 1) // tpi + 1) * tpi - 1, self.last_tick)
         if self.tape.last_tick >= end:
             self._move(self.tape.snap(end))
             return True
         self._move(self.tape.last_tick)
-        if self.tape.stopped:
+        if not self._can_step_on():
             return False
         self._submit(end)
         return True
@@ -255,7 +271,7 @@ class Controller(QObject):
         self._set_busy(False)
         self.changed.emit()
         if self.playing:
-            if self.tape.stopped:
+            if not self._can_step_on():
                 self.pause()
             else:
                 self._schedule_play()
@@ -287,8 +303,8 @@ class Controller(QObject):
         """Step on by itself until paused, or until every run stopped, or the scenario's length."""
         if self.playing or self.info is None or self.tape is None:
             return
-        end = self.info.scenario.iterations * self.info.ticks_per_iteration - 1
-        self._play_limit = end if self.cursor < end else None
+        if self.finished or (self.at_end and self.tape.stopped):
+            return
         self.playing = True
         self.playing_changed.emit(True)
         self._last_play_step = 0.0
@@ -317,7 +333,7 @@ class Controller(QObject):
     def _play_next(self) -> None:
         if not self.playing or self.tape is None:
             return
-        if self._play_limit is not None and self.cursor >= self._play_limit:
+        if self.finished:
             self.pause()
             return
         self._last_play_step = time.perf_counter()
@@ -327,7 +343,7 @@ class Controller(QObject):
                 self._move(nxt)
             self._schedule_play()
             return
-        if self.tape.stopped:
+        if not self._can_step_on():
             self.pause()
             return
         if not self.busy:

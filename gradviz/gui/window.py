@@ -488,12 +488,16 @@ class MainWindow(QMainWindow):
         parts = [position_text(moment.tick, info.ticks_per_iteration, info.scenario.iterations)]
         if c.tape is not None and moment.tick < c.tape.last_tick:
             parts.append(f"history: {c.tape.last_tick + 1} ops (→ replays them)")
+        elif c.finished:
+            parts.append("the scenario's last op: R starts again")
         runs = []
         for i, run in enumerate(info.runs):
             status = moment.status(run.name)
-            word = {"running": "running", "diverged": "DIVERGED (inf/NaN)", "error": "stopped by an error"}[
-                status
-            ]
+            word = {
+                "running": "finished" if c.finished else "running",
+                "diverged": "DIVERGED (inf/NaN)",
+                "error": "stopped by an error",
+            }[status]
             runs.append(f"<span style='color:{run_color(i)}'>{run_glyph(i)} {run.name}</span>: {word}")
         parts.append(", ".join(runs))
         parts.append(f"device {info.device}")

@@ -295,9 +295,11 @@ class LabWorker(QObject):
         if lab is None or generation != self.generation:
             return
         distance: list[tuple[int, tuple[float, ...]]] = []
+        # The scenario's iterations are as far as a lab goes.
+        end = lab.scenario.iterations * lab.ticks_per_iteration
         try:
-            while not lab.stopped:
-                lab.step()
+            while not lab.stopped and lab.tick < end:
+                lab.step(end)
                 distance.append((lab.tick - 1, self._distances()))
                 if until_tick < 0 or lab.tick > until_tick:
                     break

@@ -346,3 +346,18 @@ def test_a_real_font_is_found(qapp) -> None:
 
     assert QFontDatabase.families()
     assert QFontInfo(QApplication.font()).family()
+
+
+def test_stepping_stops_at_the_scenarios_end_and_says_so(open_window, qtbot) -> None:
+    w = open_window("two-batch-accumulation")  # one iteration of six ops
+    for _ in range(10):
+        press(qtbot, w, RIGHT)
+    settle(qtbot, w)
+    assert w.controller.tape.last_tick == 5 and w.controller.cursor == 5
+    press(qtbot, w, RIGHT, modifier=SHIFT)
+    settle(qtbot, w)
+    assert w.controller.tape.last_tick == 5
+    text = w.status.text()
+    assert "iteration 1 of 1" in text and "last op" in text and "finished" in text
+    w.controller.play()
+    assert not w.controller.playing

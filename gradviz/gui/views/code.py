@@ -179,6 +179,8 @@ class CodeView(QWidget):
             )
         self.note.setText(run.note)
         self.note.setVisible(bool(run.note))
+        # The old run's checkboxes go first: the new text repositions whatever toggles exist.
+        self._clear_toggles()
         self.lines = display_lines(run)
         self.editor.setPlainText("\n".join(d.text for d in self.lines))
         self._make_toggles(run)
@@ -186,10 +188,14 @@ class CodeView(QWidget):
         self._highlight()
 
     # ------------------------------------------------------------ toggles
-    def _make_toggles(self, run: RunInfo) -> None:
+    def _clear_toggles(self) -> None:
         for _, box in self.toggles:
+            box.hide()
             box.deleteLater()
         self.toggles = []
+
+    def _make_toggles(self, run: RunInfo) -> None:
+        self._clear_toggles()
         loop = run.spec.loop
         zero_lines = {s.line for s in run.ops if s.op == "zero_grad"}
         forward_lines = {s.line for s in run.ops if s.op == "forward"}
