@@ -3,6 +3,8 @@ every label is readable in both themes, and colours mean what the captions say."
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from gui_helpers import colour_near, press, settle
 from PySide6.QtCore import QPoint, QRect
@@ -115,3 +117,67 @@ def test_tensor_bars_are_drawn_in_their_run_s_colour(open_window, qtbot) -> None
             theirs = sum(colour_near(p, other, 12) for p in pixels)
             assert ours > 20, (run.name, col, "bars in the run's colour")
             assert theirs == 0, (run.name, col, "no bars in another run's colour")
+
+
+# ------------------------------------------------------------------- timeline
+def _drawn_labels(axis) -> list[tuple[QRect, str]]:
+    """The tick labels an axis draws now, with their rectangles."""
+    from PySide6.QtGui import QPainter, QPicture
+
+    picture = QPicture()
+    painter = QPainter(picture)
+    try:
+        if axis.style["tickFont"]:
+            painter.setFont(axis.style["tickFont"])
+        specs = axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    return [(rect.toRect(), text) for rect, _flags, text in specs[2]]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "ops"),
+    [("manual-sgd", 40), ("forgot-zero-grad", 40), ("two-batch-accumulation", 6), ("grad-accumulation", 20)],
+)
+def test_every_timeline_row_labels_at_least_two_values(open_window, qtbot, scenario, ops) -> None:
+    w = open_window(scenario)
+    _step(qtbot, w, ops)
+    rows = ["loss", "grad"] + (["distance"] if len(w.controller.info.runs) > 1 else [])
+    for key in rows:
+        labels = _drawn_labels(w.timeline.plots[key].getAxis("left"))
+        texts = [text for _, text in labels]
+        assert len(texts) >= 2, (scenario, key, texts)
+        assert len(set(texts)) == len(texts), (scenario, key, texts)
+        rects = [rect for rect, _ in labels]
+        for a, b in itertools.pairwise(rects):
+            assert not a.intersects(b), (scenario, key, texts, "labels overlap")
+
+
+def test_the_timeline_legend_keeps_its_entries_apart(open_window, qtbot) -> None:
+    import re
+
+    from PySide6.QtGui import QTextDocument
+
+    w = open_window("set-to-none")
+    doc = QTextDocument()
+    doc.setHtml(w.timeline.legend.text())
+    plain = doc.toPlainText().replace("\u00a0", " ")
+    assert "step distance" not in plain
+    assert re.search(r"S step\s*│\s*distance", plain), plain
+    for a, b in (("none", "■ zeros"), ("zero_grad", "■ F"), ("forward", "■ B"), ("backward", "■ S")):
+        assert re.search(re.escape(a) + r"\s{2,}" + re.escape(b), plain), (a, b, plain)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "runs"), [("manual-sgd", 1), ("forgot-zero-grad", 2), ("grad-accumulation", 3)]
+)
+def test_the_ops_tape_has_a_readable_band_per_run(open_window, qtbot, scenario, runs) -> None:
+    w = open_window(scenario)
+    _step(qtbot, w, 8)
+    tl = w.timeline
+    band = tl.plots["tape"].getViewBox().height()
+    assert band >= 10 * max(runs, 2), (scenario, band)
+    # Nothing of the plots runs under the legend, and the tape's numbers are inside the plot area.
+    assert tl.graphics.geometry().bottom() < tl.legend.geometry().top()
+    tape = tl.plots["tape"].mapRectToScene(tl.plots["tape"].boundingRect())
+    assert tape.bottom() <= tl.graphics.height() + 1, (tape, tl.graphics.height())

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QFont
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from gradviz.gui.tape import LabInfo, Moment
@@ -26,45 +26,140 @@ AXIS_WIDTH = 48
 LABEL_WIDTH = 70
 
 
+# Pixels of axis height per tick label: labels stay apart at the timeline's type size.
+PX_PER_LABEL = 15
+# Height of one run's band of the op tape at the normal type size, in pixels.
+TAPE_ROW_PX = 10
+ROW_INDEX = {"loss": 0, "grad": 1, "distance": 2, "tape": 3}
+ROW_STRETCH = {"loss": 3, "grad": 2, "distance": 2}
+QWIDGETSIZE_MAX = 16777215
+# The least height of a curve row's plot area (loss, ‖.grad‖, distance), at the normal type size:
+# room for two tick labels apart.
+ROW_MIN_PX = {"loss": 34, "grad": 28, "distance": 28}
+NICE = (1.0, 2.0, 2.5, 5.0)
+
+
+def label_budget(size: float) -> int:
+    """How many tick labels an axis ``size`` pixels long shows: never fewer than two."""
+    return max(2, int(size // PX_PER_LABEL))
+
+
+def _thin(values: list[float], most: int) -> list[float]:
+    """Every k-th value, the fewest k that leaves at most ``most`` of them."""
+    if len(values) <= most:
+        return values
+    k = int(np.ceil(len(values) / most))
+    return values[::k]
+
+
+def nice_linear_ticks(lo: float, hi: float, most: int) -> list[float]:
+    """Round values (1, 2, 2.5, 5 times a power of ten) in [lo, hi]: at least two, about ``most``."""
+    span = hi - lo
+    if not (np.isfinite(lo) and np.isfinite(hi)) or span <= 0:
+        return []
+    raw = span / max(most, 1)
+    magnitude = 10.0 ** np.floor(np.log10(raw))
+    steps = sorted({m * magnitude * f for f in (0.01, 0.1, 1.0, 10.0) for m in NICE})
+    # The coarsest step that still gives at most ``most`` labels, then finer until there are two.
+    fitting = [st for st in steps if st >= raw] or [steps[-1]]
+    step = fitting[0]
+    values: list[float] = []
+    for st in [x for x in steps if x <= step][::-1]:
+        first = np.ceil(lo / st - 1e-9) * st
+        values = [float(v) + 0.0 for v in np.arange(first, hi + st * 1e-9, st)]  # no "-0"
+        values = [0.0 if abs(v) < st * 1e-9 else v for v in values]
+        if len(values) >= 2:
+            return _thin(values, most + 1)
+    return values
+
+
+def log_ticks(lo: float, hi: float, most: int) -> list[float]:
+    """Tick positions (log10 of round values) in [lo, hi]: at least two, at most about ``most``.
+
+    Whole decades where the range spans enough of them, else 1-2-5 steps within the
+    decades, else round values spaced evenly (a range inside one decade).
+    """
+    if not (np.isfinite(lo) and np.isfinite(hi)) or hi <= lo:
+        return []
+    first, last = int(np.floor(lo)), int(np.ceil(hi))
+    # Three labels where the row has room for them, two at least.
+    wanted = min(most, 3)
+    best: list[float] = []
+    for mantissas in ((1.0,), (1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)):
+        values = [
+            float(np.log10(m)) + e
+            for e in range(first, last + 1)
+            for m in mantissas
+            if lo <= float(np.log10(m)) + e <= hi
+        ]
+        thinned = _thin(values, most)
+        if len(thinned) >= wanted:
+            return thinned
+        if len(thinned) > len(best):
+            best = thinned
+    linear = [float(np.log10(v)) for v in nice_linear_ticks(10.0**lo, 10.0**hi, most) if v > 0]
+    return linear if len(linear) > len(best) else best
+
+
+def _short(value: float, digits: int) -> str:
+    """A tick label: 0.35, 2.5, 120, 3e4, 2.5e-5."""
+    if value == 0:
+        return "0"
+    if 1e-3 <= abs(value) < 1e4:
+        return np.format_float_positional(value, precision=digits, unique=False, fractional=False, trim="-")
+    mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
+    return f"{mantissa}e{int(exponent)}"
+
+
+def distinct_labels(values: list[float]) -> list[str]:
+    """Labels for tick values with the fewest significant digits that tell them all apart."""
+    for digits in range(2, 7):
+        labels = [_short(v, digits) for v in values]
+        if len(set(labels)) == len(labels):
+            return labels
+    return labels
+
+
+def clear_of_ends(
+    ticks: Callable[[float, float, int], list[float]], lo: float, hi: float, size: float
+) -> list[float]:
+    """``ticks`` over the range less a few pixels at each end (labels there touch the next row).
+
+    The whole range is used where that inner one would hold fewer than two labels.
+    """
+    most = label_budget(size)
+    if size > 0 and hi > lo:
+        margin = (hi - lo) * 3 / size
+        inner = ticks(lo + margin, hi - margin, most)
+        if len(inner) >= 2:
+            return inner
+    return ticks(lo, hi, most)
+
+
 class LogAxis(pg.AxisItem):
-    """An axis for log10 values that labels whole decades only, as 1e-3, 0.01, 1, 100, 1e4."""
+    """An axis for log10 values labelled with round numbers: 1e-3, 0.01, 1, 100, 1e4, or 2, 5, 10.
+
+    Every row shows at least two labelled values, however little of a decade it spans.
+    """
 
     def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:
-        if not (np.isfinite(minVal) and np.isfinite(maxVal)) or maxVal <= minVal:
-            return []
-        lo, hi = int(np.ceil(minVal)), int(np.floor(maxVal))
-        rows = max(int(size // 28), 1)
-        step = max(1, int(np.ceil((hi - lo + 1) / rows)))
-        values = [float(v) for v in range(lo, hi + 1, step)]
-        if not values:
-            values = [float(np.round((minVal + maxVal) / 2, 1))]
-        return [(float(step), values)]
+        values = clear_of_ends(log_ticks, minVal, maxVal, size)
+        return [(1.0, values)] if values else []
 
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
-        out = []
-        for v in values:
-            if float(v).is_integer() and -2 <= v <= 3:
-                out.append(f"{10.0**v:g}")
-            elif float(v).is_integer():
-                out.append(f"1e{int(v)}")
-            else:
-                out.append(f"{10.0**v:.2g}")
-        return out
+        return distinct_labels([10.0 ** float(v) for v in values])
 
 
 class SparseAxis(pg.AxisItem):
-    """A linear axis with only as many labels as a short row has room for (one per 28 px)."""
+    """A linear axis with as many round labels as a short row has room for, and at least two."""
 
     def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:
-        if not (np.isfinite(minVal) and np.isfinite(maxVal)) or maxVal <= minVal:
-            return []
-        rows = max(int(size // 28), 1)
-        raw = (maxVal - minVal) / rows
-        magnitude = 10.0 ** np.floor(np.log10(raw))
-        step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
-        first = np.ceil(minVal / step) * step
-        values = [float(v) + 0.0 for v in np.arange(first, maxVal + step * 1e-9, step)]  # no "-0"
-        return [(float(step), values)]
+        values = clear_of_ends(nice_linear_ticks, minVal, maxVal, size)
+        return [(1.0, values)] if values else []
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        return distinct_labels([float(v) for v in values])
 
 
 class ScrubViewBox(pg.ViewBox):
@@ -118,6 +213,9 @@ class TimelineView(QWidget):
         self.legend.setMinimumWidth(100)
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setObjectName("timelinePlot")
+        # Tight margins: the rows' own room for their tick labels matters more in a short timeline.
+        self.graphics.ci.setContentsMargins(4, 4, 4, 4)
+        self.graphics.ci.setSpacing(4)
         self.plots: dict[str, pg.PlotItem] = {}
         self.cursors: list[pg.InfiniteLine] = []
         self.row_labels: dict[str, pg.LabelItem] = {}
@@ -138,8 +236,6 @@ class TimelineView(QWidget):
             plot.getAxis("left").setWidth(AXIS_WIDTH)
             if key != "tape":
                 plot.getAxis("bottom").setStyle(showValues=False)
-            else:
-                plot.setLabel("bottom", "op (tick)")
             if key != "loss":
                 plot.setXLink(self.plots["loss"])
             cursor = pg.InfiniteLine(pos=-1, angle=90, pen=pg.mkPen("#888", width=2))
@@ -147,10 +243,11 @@ class TimelineView(QWidget):
             plot.addItem(cursor, ignoreBounds=True)
             self.cursors.append(cursor)
             self.plots[key] = plot
-        self.graphics.ci.layout.setRowStretchFactor(0, 3)
-        self.graphics.ci.layout.setRowStretchFactor(1, 2)
-        self.graphics.ci.layout.setRowStretchFactor(2, 2)
-        self.graphics.ci.layout.setRowStretchFactor(3, 1)
+        for key, stretch in ROW_STRETCH.items():
+            self.graphics.ci.layout.setRowStretchFactor(ROW_INDEX[key], stretch)
+        # The tape keeps a fixed height: a readable band per run, whatever room the curves get.
+        self.graphics.ci.layout.setRowStretchFactor(3, 0)
+        self._point_size = 10.0
         self.tape_image = pg.ImageItem()
         self.plots["tape"].addItem(self.tape_image)
         self.curves: dict[str, list[pg.PlotDataItem]] = {"loss": [], "grad": [], "distance": []}
@@ -160,7 +257,17 @@ class TimelineView(QWidget):
         box.addWidget(self.title)
         box.addWidget(self.graphics, 1)
         box.addWidget(self.legend)
-        self.graphics.setMinimumHeight(160)
+        self._size_rows()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_legend()
+
+    def _fit_legend(self) -> None:
+        """Ask for the legend's wrapped height, so the plots above never run under its text."""
+        height = self.legend.heightForWidth(self.legend.width()) if self.legend.width() > 0 else -1
+        if height > 0:
+            self.legend.setMinimumHeight(height)
 
     # ------------------------------------------------------------- setup
     def set_theme(self, theme: Theme) -> None:
@@ -177,7 +284,40 @@ class TimelineView(QWidget):
             label.setText(label.text, color=theme.text)
         self._legend_text()
 
+    def _size_rows(self) -> None:
+        """Give each curve row room for two tick labels and the tape a fixed band per run."""
+        scale = self._point_size / 10
+        runs = max(len(self.info.runs), 1) if self.info is not None else 1
+        layout = self.graphics.ci.layout
+        shown = [key for key in ROW_MIN_PX if key != "distance" or runs > 1]
+        for key, least in ROW_MIN_PX.items():
+            on = key in shown
+            self.plots[key].getViewBox().setMinimumHeight(int(least * scale) if on else 0)
+            # A hidden row still holds its place in a graphics layout: close it up.
+            self.plots[key].setMaximumHeight(QWIDGETSIZE_MAX if on else 0)
+            self.row_labels[key].setMaximumHeight(QWIDGETSIZE_MAX if on else 0)
+            layout.setRowStretchFactor(ROW_INDEX[key], ROW_STRETCH[key] if on else 0)
+        # Two bands at least, so that a single run's tape is not a sliver either.
+        band = int(TAPE_ROW_PX * scale * max(runs, 2))
+        # The op axis holds its numbers whole; the legend says what they count, which leaves
+        # the room an axis title would take to the rows.
+        op_axis = self.plots["tape"].getAxis("bottom")
+        axis = QFontMetrics(op_axis.style["tickFont"] or QFont()).height() + 12
+        op_axis.setHeight(axis)
+        tape = self.plots["tape"]
+        tape.getViewBox().setMinimumHeight(band)
+        tape.getViewBox().setMaximumHeight(band)
+        tape.setMinimumHeight(band + axis)
+        tape.setMaximumHeight(band + axis)
+        # Each curve plot is its view box plus two pixels of (hidden) bottom axis.
+        rows = sum(int(ROW_MIN_PX[k] * scale) + 2 for k in shown)
+        margins = layout.getContentsMargins()
+        gaps = layout.verticalSpacing() * len(shown)
+        least = rows + band + axis + margins[1] + margins[3] + gaps
+        self.graphics.setMinimumHeight(max(150, int(least) + 2))
+
     def set_point_size(self, size: float) -> None:
+        self._point_size = size
         font = QFont()
         font.setPointSizeF(size * 0.85)
         for plot in self.plots.values():
@@ -189,6 +329,7 @@ class TimelineView(QWidget):
         for label in self.row_labels.values():
             label.setText(label.text, size=f"{size * 0.85:g}pt", color=self.theme.text)
             label.setFixedWidth(int(LABEL_WIDTH * size / 10))
+        self._size_rows()
 
     def set_lab(self, info: LabInfo) -> None:
         """Curves for each run of the new lab; the distance row only with two or more runs."""
@@ -229,26 +370,34 @@ class TimelineView(QWidget):
         tape.setYRange(0, len(info.runs), padding=0)
         order = " / ".join(r.name for r in info.runs)
         tape.setToolTip(f"One row per run, top to bottom: {order}")
+        self._size_rows()
         self._legend_text()
 
     def _legend_text(self) -> None:
         if self.info is None:
             return
-        # Each entry stays on one line; a narrow panel wraps between entries.
-        runs = "   ".join(
-            f"<span style='color:{run_color(i)}; white-space:nowrap'>{run_glyph(i)} {r.name}</span>"
+        # Rich text folds runs of spaces into one: the gaps between entries are no-break
+        # spaces, each followed by one plain space where a narrow panel may wrap. Each
+        # entry stays on one line.
+        gap = "&nbsp;&nbsp; "
+        bar = f"&nbsp;&nbsp;<span style='color:{self.theme.muted}'>│</span> "
+
+        def entry(html: str) -> str:
+            return f"<span style='white-space:nowrap'>{html}</span>"
+
+        runs = gap.join(
+            entry(f"<span style='color:{run_color(i)}'>{run_glyph(i)} {r.name}</span>")
             for i, r in enumerate(self.info.runs)
         )
-        ops = "  ".join(
-            f"<span style='white-space:nowrap'><span style='color:{OP_COLORS[op]}'>■</span>"
-            f" {OP_LETTERS[op]} {op}</span>"
-            for op in OPS
+        ops = gap.join(
+            entry(f"<span style='color:{OP_COLORS[op]}'>■</span> {OP_LETTERS[op]} {op}") for op in OPS
         )
-        dist = ""
+        groups = [runs, entry("ops tape by tick, a row per run:") + " " + ops]
         if len(self.info.runs) > 1:
             first = self.info.runs[0].name
-            dist = f"   <span style='white-space:nowrap'>distance: ‖θ − θ<sub>{first}</sub>‖</span>"
-        self.legend.setText(f"{runs}   │   ops tape, a row per run: {ops}{dist}")
+            groups.append(entry(f"distance: ‖θ − θ<sub>{first}</sub>‖"))
+        self.legend.setText(bar.join(groups))
+        self._fit_legend()
 
     # --------------------------------------------------------------- draw
     def draw(self, moment: Moment) -> None:
