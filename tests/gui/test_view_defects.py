@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 from gui_helpers import colour_near, press, settle
 from PySide6.QtCore import QPoint, QRect
@@ -181,3 +182,50 @@ def test_the_ops_tape_has_a_readable_band_per_run(open_window, qtbot, scenario, 
     assert tl.graphics.geometry().bottom() < tl.legend.geometry().top()
     tape = tl.plots["tape"].mapRectToScene(tl.plots["tape"].boundingRect())
     assert tape.bottom() <= tl.graphics.height() + 1, (tape, tl.graphics.height())
+
+
+# --------------------------------------------------------------- loss curve
+def _two_batch_loss(weight: float) -> float:
+    """The two-batch scenario's loss over its whole dataset, in plain PyTorch."""
+    import torch
+
+    model = torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(weight)
+    x = torch.tensor([[4.0], [2.0]])
+    y = 2 * x
+    return ((model(x) - y) ** 2).mean().div(2).item()
+
+
+def test_the_loss_curve_reaches_the_true_loss_at_every_weight(open_window, qtbot) -> None:
+    w = open_window("two-batch-accumulation")
+    _step(qtbot, w, 6)
+    qtbot.waitUntil(
+        lambda: w.surface.plane_surface is not None and w.surface.plane_surface.final, timeout=30000
+    )
+    xs, ys = w.surface.curve.getData()
+    assert xs[0] < 0.05, "the curve starts below a weight of 0.05"
+    for weight in (float(xs[0]), 0.02, 0.04, 1.0, 1.2, float(xs[-1])):
+        drawn = float(np.interp(weight, xs, ys))
+        assert drawn == pytest.approx(_two_batch_loss(weight), rel=1e-3, abs=1e-3), weight
+    # The view shows the curve's true top, not a flat line below it.
+    top = w.surface.plot.getViewBox().viewRange()[1][1]
+    assert top >= max(_two_batch_loss(float(xs[0])), float(np.max(ys)))
+
+
+def test_only_a_diverging_tail_leaves_the_curve_s_view() -> None:
+    from gradviz.gui.views.surface import curve_shown
+
+    w = np.linspace(0.0, 2.0, 401)
+    bowl = 5 * (w - 2) ** 2
+    shown, (lo, hi) = curve_shown(bowl)
+    np.testing.assert_array_equal(shown, bowl)
+    assert (lo, hi) == (0.0, 20.0)
+    # A diverged end (1e30, inf) leaves through the top of the view instead of flattening in it.
+    wild = bowl.copy()
+    wild[:5] = [np.inf, 1e30, 1e12, np.nan, 1e6]
+    shown, (lo, hi) = curve_shown(wild)
+    assert hi < 1e3, "the view is not squashed by the tail"
+    assert np.isnan(shown[3]), "NaN is a gap"
+    assert all(v > hi * 5 for v in shown[[0, 1, 2, 4]]), "the tail is drawn above the view, not on its edge"
+    np.testing.assert_array_equal(shown[5:], bowl[5:])

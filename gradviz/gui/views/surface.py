@@ -52,6 +52,28 @@ PLANE_WORDS = {
 }
 
 
+def curve_shown(z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
+    """A loss curve's heights as drawn, and the loss range the view shows.
+
+    The view reaches the curve's true top, so the drawn curve meets the true loss
+    everywhere in the range. Only a far tail (a diverging end, 1e30 or inf) is
+    left above the view: the curve leaves through the top there instead of
+    flattening, and is clipped far outside the view for Qt's painter. NaN is a gap.
+    """
+    finite = z[np.isfinite(z)]
+    if not finite.size:
+        return np.full_like(z, np.nan, dtype=np.float64), (0.0, 1.0)
+    lo, top = float(finite.min()), float(finite.max())
+    bulk = float(np.percentile(finite, 97))
+    # A tail more than a few times the height of the other 97 % would squash them flat.
+    hi = top if top - lo <= 4 * (bulk - lo) or bulk <= lo else bulk
+    if hi <= lo:
+        hi = lo + 1.0
+    far = hi + CLIP_WIDTHS * (hi - lo)
+    shown = np.where(np.isnan(z), np.nan, np.clip(z, lo - CLIP_WIDTHS * (hi - lo), far))
+    return shown.astype(np.float64), (lo, hi)
+
+
 def colour_values(z: np.ndarray) -> tuple[np.ndarray, bool]:
     """The values to colour by: log10 of the loss when it spans more than two decades."""
     finite = z[np.isfinite(z)]
@@ -171,7 +193,7 @@ class SurfaceView(QWidget):
         self.placeholder.setObjectName("placeholder")
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.placeholder.setWordWrap(True)
-        self.curve = pg.PlotDataItem(pen=pg.mkPen("#777", width=2))
+        self.curve = pg.PlotDataItem(pen=pg.mkPen("#777", width=2), connect="finite")
         self.curve.setZValue(-5)
         self.plot.addItem(self.curve)
 
@@ -418,11 +440,7 @@ class SurfaceView(QWidget):
         (x0, x1), (y0, y1) = surface.extent
         self.x_range = (x0, x1)
         if self.mode == "curve":
-            z = surface.Z[:, 0]
-            finite = z[np.isfinite(z)]
-            lo, hi = (float(finite.min()), float(np.percentile(finite, 97))) if finite.size else (0.0, 1.0)
-            hi = hi if hi > lo else lo + 1.0
-            shown = np.clip(np.nan_to_num(z, nan=hi, posinf=hi, neginf=lo), lo, hi)
+            shown, (lo, hi) = curve_shown(np.asarray(surface.Z[:, 0], dtype=np.float64))
             self.curve.setData(surface.xs, shown)
             self.y_range = (lo - 0.05 * (hi - lo), hi + 0.1 * (hi - lo))
             self.grid_values = None
