@@ -229,3 +229,103 @@ def test_only_a_diverging_tail_leaves_the_curve_s_view() -> None:
     assert np.isnan(shown[3]), "NaN is a gap"
     assert all(v > hi * 5 for v in shown[[0, 1, 2, 4]]), "the tail is drawn above the view, not on its edge"
     np.testing.assert_array_equal(shown[5:], bowl[5:])
+
+
+# ----------------------------------------------------------------- themes
+def _luminance(colour: QColor) -> float:
+    def channel(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    return (
+        0.2126 * channel(colour.redF()) + 0.7152 * channel(colour.greenF()) + 0.0722 * channel(colour.blueF())
+    )
+
+
+def _contrast(a: QColor, b: QColor) -> float:
+    """The WCAG contrast ratio of two colours (1 to 21)."""
+    la, lb = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (la + 0.05) / (lb + 0.05)
+
+
+def _text_colours(label) -> list[QColor]:
+    """The colours a pyqtgraph label's text is drawn in now."""
+    doc = label.item.document()
+    colours = []
+    block = doc.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.isValid() and fragment.text().strip():
+                colours.append(fragment.charFormat().foreground().color())
+            it += 1
+        block = block.next()
+    return colours
+
+
+@pytest.mark.parametrize("theme", ["dark", "light"])
+def test_surface_legends_are_readable_after_a_theme_switch(open_window, qtbot, theme) -> None:
+    w = open_window("forgot-zero-grad")
+    _step(qtbot, w, 4)
+    w.set_theme("light" if theme == "dark" else "dark")
+    w.set_theme(theme)  # switched while the lab is open, as Ctrl+T does
+    settle(qtbot, w)
+    base = QColor(w.theme.base)
+    labels = [label for legend in (w.surface.legend, w.surface.arrow_legend) for _, label in legend.items]
+    assert len(labels) >= 5
+    for label in labels:
+        colours = _text_colours(label)
+        assert colours, label.text
+        for colour in colours:
+            assert _contrast(colour, base) >= 4.5, (theme, label.text, colour.name(), w.theme.base)
+
+
+def _shading_agrees_with_caption(w, caption: str) -> None:
+    """The shading drawn under the paths is lighter (or darker) where the loss is lower, as said."""
+    surface = w.surface
+    image = surface.image
+    if image.qimage is None:
+        image.render()
+    shading = image.qimage
+    _xs, _ys, z = surface.grid()
+    assert (shading.width(), shading.height()) == z.shape
+    low = np.unravel_index(np.nanargmin(z), z.shape)
+    high = np.unravel_index(np.nanargmax(z), z.shape)
+    light_low = shading.pixelColor(int(low[0]), int(low[1])).lightnessF()
+    light_high = shading.pixelColor(int(high[0]), int(high[1])).lightnessF()
+    assert abs(light_low - light_high) > 0.2, "the shading shows the difference"
+    if "lighter is lower" in caption:
+        assert light_low > light_high, (caption, light_low, light_high)
+    else:
+        assert "darker is lower" in caption, caption
+        assert light_low < light_high, (caption, light_low, light_high)
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+@pytest.mark.parametrize("scenario", ["forgot-zero-grad", "set-to-none"])
+def test_the_surface_caption_says_how_the_shading_runs(open_window, qtbot, theme, scenario) -> None:
+    w = open_window(scenario)
+    w.set_theme(theme)
+    _step(qtbot, w, 4)
+    surface = w.surface
+    qtbot.waitUntil(lambda: surface.grid() is not None, timeout=30000)
+    if surface.mode == "plane":
+        qtbot.waitUntil(
+            lambda: surface.plane_surface is not None and surface.plane_surface.final, timeout=30000
+        )
+        settle(qtbot, w)
+    _shading_agrees_with_caption(w, surface.caption.text())
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_3d_pit_is_shaded_as_its_caption_says(theme) -> None:
+    from gradviz.gui.theme import theme_named
+    from gradviz.gui.views.surface3d import mesh_caption, mesh_colours
+
+    t = theme_named(theme)
+    pit, peak = mesh_colours(np.array([0.0, 1.0]), t)
+    pit_light = QColor.fromRgbF(*map(float, pit)).lightnessF()
+    peak_light = QColor.fromRgbF(*map(float, peak)).lightnessF()
+    caption = mesh_caption("loss", False, t)
+    word = "lighter" if pit_light > peak_light else "darker"
+    assert f"{word} is lower" in caption, (theme, caption)

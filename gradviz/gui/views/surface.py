@@ -52,6 +52,16 @@ PLANE_WORDS = {
 }
 
 
+def lower_shade(theme: Theme) -> str:
+    """How ``theme`` shades lower loss, for captions: ``"lighter"`` or ``"darker"``.
+
+    Read from the theme's own surface colours, so the words follow the shading in
+    either theme.
+    """
+    low, high = QColor(theme.surface_low), QColor(theme.surface_high)
+    return "lighter" if low.lightnessF() > high.lightnessF() else "darker"
+
+
 def curve_shown(z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
     """A loss curve's heights as drawn, and the loss range the view shows.
 
@@ -250,6 +260,9 @@ class SurfaceView(QWidget):
         backdrop.setAlpha(150)
         for legend in (self.legend, self.arrow_legend):
             legend.setLabelTextColor(theme.text)
+            # pyqtgraph only records the colour for labels added later: draw the present ones again.
+            for _, label in legend.items:
+                label.setText(label.text, color=theme.text)
             legend.setBrush(pg.mkBrush(backdrop))
             legend.setPen(pg.mkPen(theme.grid))
         for sample in self.arrow_samples.values():
@@ -262,6 +275,7 @@ class SurfaceView(QWidget):
             self._compute()
         elif self.plane_surface is not None:
             self._show_plane(self.plane_surface)
+            self.caption.setText(self.plane_caption())
 
     def set_point_size(self, size: float) -> None:
         """Type size of axis labels and ticks."""
@@ -433,7 +447,8 @@ class SurfaceView(QWidget):
         self._paint(xs, ys, z)
         colour = "log₁₀ loss" if self.log_colour else "loss"
         where = "the saddle point" if self.info.surface.kind == "saddle" else "the minimum"
-        self.caption.setText(f"Shade and contours: {colour}, lighter is lower; + marks {where}.")
+        lower = lower_shade(self.theme)
+        self.caption.setText(f"Shade and contours: {colour}, {lower} is lower; + marks {where}.")
 
     def _show_plane(self, surface: PlaneSurface) -> None:
         """Draw a computed plane surface (shading and contours) or loss curve."""
@@ -518,7 +533,8 @@ class SurfaceView(QWidget):
             text = f"Curve: {ps.loss_name} over the whole dataset; the runs move along it."
         else:
             colour = f"log₁₀ {ps.loss_name}" if self.log_colour else ps.loss_name
-            text = f"Shade: {colour} over {PLANE_WORDS.get(ps.kind, 'a plane')}; lighter is lower."
+            lower = lower_shade(self.theme)
+            text = f"Shade: {colour} over {PLANE_WORDS.get(ps.kind, 'a plane')}; {lower} is lower."
         if not ps.final:
             text += " Coarse preview; the full grid follows."
         if ps.note:

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QLabel, QStackedLayout, QVBoxLayout, QWidget
 from gradviz.gui.display import gl_unavailable
 from gradviz.gui.tape import LabInfo, Moment
 from gradviz.gui.theme import LIGHT, Theme, run_color
-from gradviz.gui.views.surface import SurfaceView, colour_values
+from gradviz.gui.views.surface import SurfaceView, colour_values, lower_shade
 
 # The mesh is drawn in a fixed box whatever the axes' units: x and y over [-1, 1], z over [0, HEIGHT].
 HEIGHT = 0.9
@@ -48,6 +48,29 @@ def mesh_heights(z: np.ndarray) -> tuple[np.ndarray, tuple[float, float], bool]:
         hi = lo + 1.0
     shown = np.nan_to_num(values, nan=hi, posinf=hi, neginf=lo)
     return np.clip((shown - lo) / (hi - lo), 0.0, 1.0), (lo, hi), log
+
+
+def mesh_colours(heights: np.ndarray, theme: Theme) -> np.ndarray:
+    """One RGBA row per vertex, ``(N, 4)``, shaded from the theme's low-loss to its high-loss colour.
+
+    The pit takes ``theme.surface_low``, as the 2-D view's shading does, so one
+    caption word (:func:`~gradviz.gui.views.surface.lower_shade`) is true of both.
+    """
+    low, high = QColor(theme.surface_low), QColor(theme.surface_high)
+    t = np.asarray(heights, dtype=np.float64).reshape(-1, 1)
+    lo_rgb = np.array([low.redF(), low.greenF(), low.blueF()])
+    hi_rgb = np.array([high.redF(), high.greenF(), high.blueF()])
+    # pyqtgraph 0.14 wants one RGBA row per vertex, (N, 4), not (w, h, 4).
+    return np.hstack([lo_rgb + t * (hi_rgb - lo_rgb), np.ones((t.shape[0], 1))]).astype(np.float32)
+
+
+def mesh_caption(loss_word: str, log: bool, theme: Theme) -> str:
+    """The 3-D view's caption: what height and shade show, in the words the theme's shading bears out."""
+    what = f"log₁₀ {loss_word}" if log else loss_word
+    return (
+        f"Height and shade: {what}, clipped at the 97th percentile; {lower_shade(theme)} is lower. "
+        "Drag to rotate, wheel to zoom."
+    )
 
 
 def _subsample(xs: np.ndarray, ys: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -192,12 +215,7 @@ class Surface3DView(QWidget):
         self._scale = (x0, x1 - x0 or 1.0, y0, y1 - y0 or 1.0)
         mx = 2 * (xs - x0) / self._scale[1] - 1
         my = 2 * (ys - y0) / self._scale[3] - 1
-        low, high = QColor(self.theme.surface_low), QColor(self.theme.surface_high)
-        t = heights.reshape(-1, 1)
-        lo_rgb = np.array([low.redF(), low.greenF(), low.blueF()])
-        hi_rgb = np.array([high.redF(), high.greenF(), high.blueF()])
-        # pyqtgraph 0.14 wants one RGBA row per vertex, (N, 4), not (w, h, 4).
-        colours = np.hstack([lo_rgb + t * (hi_rgb - lo_rgb), np.ones((t.shape[0], 1))]).astype(np.float32)
+        colours = mesh_colours(heights, self.theme)
         import pyqtgraph.opengl as gl
 
         if self.mesh is not None:
@@ -217,11 +235,7 @@ class Surface3DView(QWidget):
         for item in (*self.paths, *self.points):
             self.view.removeItem(item)
             self.view.addItem(item)
-        what = f"log₁₀ {self._loss_word()}" if self._log else self._loss_word()
-        self.caption.setText(
-            f"Height and shade: {what}, clipped at the 97th percentile; lighter is lower. "
-            "Drag to rotate, wheel to zoom."
-        )
+        self.caption.setText(mesh_caption(self._loss_word(), self._log, self.theme))
 
     def _loss_word(self) -> str:
         ps = self.source.plane_surface
