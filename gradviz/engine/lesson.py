@@ -123,11 +123,13 @@ def read_lesson(t: _Table, run_names: Sequence[str], error: Any) -> Lesson:
 
 def check_params(lesson: Lesson, names: Sequence[str], where: str) -> None:
     """Check that every parameter the lesson names exists in the model (named ``names``)."""
-    named = [("lesson.params", p) for p in lesson.params]
+    # A leading name may also be a module's ("G"): its parameters lead together.
+    modules = {n.rsplit(".", k)[0] for n in names for k in range(1, n.count(".") + 1)}
+    named = [("lesson.params", p, modules) for p in lesson.params]
     if lesson.surface_axes:
-        named += [("lesson.surface", p) for p in lesson.surface_axes]
-    for path, name in named:
-        if name not in names:
+        named += [("lesson.surface", p, set()) for p in lesson.surface_axes]
+    for path, name, also in named:
+        if name not in names and name not in also:
             raise ScenarioError(
                 f"{where}: {path}: found {name!r}, which is no parameter of this model; "
                 f"allowed: {', '.join(names)}."

@@ -299,6 +299,7 @@ class MainWindow(QMainWindow):
         self.timeline.set_lab(info)
         self.scenario_bar.set_lab(info, self.code.run_name)
         self._show_chosen()
+        self._share_left_column(info)
         self.setWindowTitle(f"gradviz: {info.scenario.title}")
         if self.interactive:
             key = str(info.scenario.path) if info.scenario.path else info.scenario.name
@@ -594,6 +595,13 @@ class MainWindow(QMainWindow):
         if not self.presenting:
             self._show_chosen()
         self.schedule_redraw()
+
+    def _share_left_column(self, info: LabInfo) -> None:
+        """Give the .grad inspector half the left column when the lesson leads with its rows."""
+        lesson = info.scenario.lesson
+        total = sum(self.left.sizes()) or self.left.height()
+        code = total // 2 if lesson is not None and lesson.params else total * 3 // 5
+        self.left.setSizes([code, total - code])
 
     def _show_chosen(self) -> None:
         """Show the views chosen for this mode, less a surface the scenario's lesson leaves out."""

@@ -63,7 +63,7 @@ def test_every_grad_inspector_column_is_in_view_at_the_default_size(open_window,
     assert sum(widths) <= table.viewport().width(), "no sideways scrolling to reach the optimizer state"
     fm = table.fontMetrics()
     state = [table.item(row, table.columnCount() - 1).text() for row in range(table.rowCount())]
-    assert any("momentum" in text or "step" in text for text in state)
+    assert any("momentum" in text or "step" in text or text.startswith("m ‖") for text in state)
     longest = max(fm.horizontalAdvance(line) for text in state for line in text.split("\n"))
     assert longest <= widths[-1], "each optimizer-state entry on one line"
     tips = [table.item(row, table.columnCount() - 1).toolTip() for row in range(table.rowCount())]
@@ -334,7 +334,7 @@ def test_a_lesson_without_a_surface_gives_its_space_to_the_other_views(open_wind
     settle(qtbot, w)
     assert not w.surface.isVisible() and w.grads.isVisible() and w.code.isVisible()
     press(qtbot, w, RIGHT, modifier=SHIFT)
-    assert w.grads.table.rowCount() == 3 * 8
+    assert w.grads.table.rowCount() == 3 * 2  # G and D, one row per run each
     w.open_scenario("forgot-zero-grad")
     qtbot.waitUntil(lambda: w.controller.info.scenario.name == "forgot-zero-grad", timeout=30000)
     settle(qtbot, w)
@@ -361,3 +361,25 @@ def test_stepping_stops_at_the_scenarios_end_and_says_so(open_window, qtbot) -> 
     assert "iteration 1 of 1" in text and "last op" in text and "finished" in text
     w.controller.play()
     assert not w.controller.playing
+
+
+def test_the_lessons_parameters_lead_the_grad_inspector_in_view(open_window, qtbot) -> None:
+    w = open_window("set-to-none")
+    press(qtbot, w, RIGHT, modifier=SHIFT)
+    settle(qtbot, w)
+    table = w.grads.table
+    assert [table.item(r, 0).text() for r in range(2)] == ["● none · offset", "■ zeros · offset"]
+    # Its .grad (None or 0) sits beside the momentum buffer: the columns the lesson names lead.
+    header = table.horizontalHeader()
+    assert [header.logicalIndex(v) for v in range(3)] == [0, 2, 5]
+    w = open_window("gan-detach")
+    for _ in range(11):  # into iteration 2: loss_d.backward()
+        press(qtbot, w, RIGHT)
+    settle(qtbot, w)
+    table = w.grads.table
+    lead = [r for r in range(table.rowCount()) if table.item(r, 0).text().endswith("G.*")]
+    assert len(lead) == 3 and lead == [0, 1, 2]
+    bottom = table.visualRect(table.model().index(lead[-1], 0)).bottom()
+    assert bottom <= table.viewport().height(), "G's rows in view without scrolling at 1280x720"
+    fresh = [w.grads.cell(run, "G", "+ backward").text() for run in ("no-detach", "detach", "no-grad")]
+    assert fresh[0].startswith("‖") and fresh[1:] == ["nothing (not in this graph)"] * 2

@@ -4,14 +4,21 @@
 tinted background, never as 0. Cells whose value changed at the last op are
 highlighted. Small vectors are drawn as per-element bars, larger ones as a
 histogram; the exact numbers are in the tooltip.
+
+The scenario's lesson decides what leads: its parameters come first, each
+beside itself in every run, and the quantities it names are the first columns.
+A lesson parameter that names a module (``G``) is one row per run for all of
+that module's parameters, in norms, so a whole model's ``.grad`` reads at a glance.
 """
 
 from __future__ import annotations
 
+import operator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QRectF, QSize, Qt
+from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, QRect, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -51,6 +58,64 @@ HEADER_TIPS = (
     " v (exp_avg_sq), step count; ‖…‖ is a tensor's norm (every element is in the cell's tooltip)",
 )
 STATE_NAMES = {"momentum_buffer": "momentum", "exp_avg": "m", "exp_avg_sq": "v"}
+# The columns a lesson's quantities put first.
+QUANTITY_COLUMNS = {"value": 1, "grad": 2, "fresh": 3, "stale": 4, "state": STATE}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the inspector: a run's parameter, or a module's parameters together."""
+
+    run: str
+    name: str
+    params: tuple[str, ...]
+    lead: bool
+
+    @property
+    def group(self) -> bool:
+        return self.params != (self.name,)
+
+
+def inspector_rows(info: LabInfo) -> list[Row]:
+    """The rows in the order shown: the lesson's parameters first, each in every run, then the rest."""
+    lesson = info.scenario.lesson
+    runs = lesson.order_runs([r.name for r in info.runs]) if lesson else [r.name for r in info.runs]
+    names = info.runs[0].names
+    rows: list[Row] = []
+    taken: set[str] = set()
+    for lead in lesson.params if lesson else ():
+        members = (lead,) if lead in names else tuple(n for n in names if n.startswith(lead + "."))
+        taken.update(members)
+        rows += [Row(run, lead, members, True) for run in runs]
+    for run in runs:
+        rows += [Row(run, p, (p,), False) for p in info.run(run).names if p not in taken]
+    return rows
+
+
+def column_order(info: LabInfo) -> list[int]:
+    """The columns in the order shown: the name, the lesson's quantities, then the rest."""
+    lesson = info.scenario.lesson
+    first = [QUANTITY_COLUMNS[q] for q in (lesson.show if lesson else ()) if q in QUANTITY_COLUMNS]
+    return [NAME, *first, *(c for c in range(1, len(COLUMNS)) if c not in first)]
+
+
+def _norm(values: list[Any]) -> float:
+    total = 0.0
+    for v in values:
+        flat = np.asarray(v, dtype=np.float64).reshape(-1)
+        total += float(flat.dot(flat))
+    return float(np.sqrt(total))
+
+
+def group_text(values: list[Any]) -> tuple[str, str]:
+    """Several tensors as one cell: ``None`` when every one is, else their joint norm; and the kind."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return fmt.NONE_TEXT, "none"
+    text = f"‖{fmt.number(_norm(present))}‖"
+    if len(present) < len(values):
+        text += f" ({len(values) - len(present)} of {len(values)} None)"
+    return text, "norm"
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -184,6 +249,7 @@ class GradsView(QWidget):
         self.theme: Theme = LIGHT
         self.info: LabInfo | None = None
         self.rows: dict[tuple[str, str], int] = {}
+        self.shown_rows: list[Row] = []
         self._layout_key: tuple | None = None  # what the column widths were last fitted to
         self._state_tips: dict[int, object] = {}  # row -> the optimizer state its tooltip lists
         self.title = QLabel(".grad inspector")
@@ -206,6 +272,8 @@ class GradsView(QWidget):
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
+        # The viewport narrows when rows come to need a scroll bar: the widths are fitted again.
+        self.table.viewport().installEventFilter(self)
         box = QVBoxLayout(self)
         box.setContentsMargins(4, 4, 4, 4)
         box.addWidget(self.title)
@@ -216,20 +284,30 @@ class GradsView(QWidget):
         self.table.viewport().update()
 
     def set_lab(self, info: LabInfo) -> None:
-        """One row per run and parameter of the new lab."""
+        """One row per run and parameter of the new lab (or module, where the lesson groups them)."""
         self.info = info
         self.rows = {}
         self._state_tips = {}
-        names = [(r.name, p) for r in info.runs for p in r.names]
-        self.table.setRowCount(len(names))
-        for row, (run, param) in enumerate(names):
+        self.shown_rows = inspector_rows(info)
+        self.table.setRowCount(len(self.shown_rows))
+        header = self.table.horizontalHeader()
+        for visual, logical in enumerate(column_order(info)):
+            header.moveSection(header.visualIndex(logical), visual)
+        for row, r in enumerate(self.shown_rows):
+            run, param = r.run, r.name
             self.rows[(run, param)] = row
             i = info.run_index(run)
-            shape = dict(zip(info.runs[i].names, info.runs[i].shapes, strict=True))[param]
-            label = f"{run_glyph(i)} {run} · {param}" if len(info.runs) > 1 else f"{run_glyph(i)} {param}"
+            shapes = dict(zip(info.runs[i].names, info.runs[i].shapes, strict=True))
+            shown = f"{param}.*" if r.group else param
+            label = f"{run_glyph(i)} {run} · {shown}" if len(info.runs) > 1 else f"{run_glyph(i)} {shown}"
             item = QTableWidgetItem(label)
             item.setForeground(QColor(run_color(i)))
-            item.setToolTip(f"run {run}: {param}, shape {list(shape)}")
+            if r.lead:
+                font = item.font()
+                font.setBold(True)
+                item.setFont(font)
+            tip = ", ".join(f"{p} {list(shapes[p])}" for p in r.params)
+            item.setToolTip(f"run {run}: {tip}" + ("; values are norms ‖…‖ over them all" if r.group else ""))
             item.setData(KIND, "text")
             self.table.setItem(row, 0, item)
             for col in range(1, len(COLUMNS)):
@@ -276,8 +354,21 @@ class GradsView(QWidget):
                 widths[c] -= (widths[c] - least[c]) * take // room
             over -= take
         for col, width in enumerate(widths):
-            self.table.setColumnWidth(col, width)  # the state column stretches over the rest
+            self.table.setColumnWidth(col, width)
+        # The state column takes the rest, wherever the lesson placed it, wrapping at spaces.
+        rest = self.table.viewport().width() - sum(widths)
+        self.table.setColumnWidth(STATE, max(rest, self._widest_word(STATE)))
         self.table.resizeRowsToContents()
+
+    def _widest_word(self, col: int) -> int:
+        """The width of the widest word in ``col``: less and a cell could not wrap to fit."""
+        fm = self.table.fontMetrics()
+        words = [""]
+        for row in range(self.table.rowCount()):
+            item = self.table.item(row, col)
+            if item is not None:
+                words += item.text().split()
+        return max(fm.horizontalAdvance(w) for w in words) + 12
 
     def _content_widths(self, col: int, option: QStyleOptionViewItem) -> list[int]:
         """The widths the cells of ``col`` ask for on one line."""
@@ -291,6 +382,8 @@ class GradsView(QWidget):
             if NAME < col < STATE:  # numbers; words here ("nothing (not in this graph)") wrap
                 if item.data(KIND) in ("array", "none"):
                     widths.append(delegate.sizeHint(option, self.table.indexFromItem(item)).width())
+                elif item.data(KIND) == "norm":
+                    widths.append(fm.horizontalAdvance(item.text()) + 12)
             else:
                 widths += [fm.horizontalAdvance(line) + 12 for line in item.text().split("\n")]
         return widths
@@ -311,6 +404,11 @@ class GradsView(QWidget):
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self._fit()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Resize and watched is self.table.viewport():
+            self._fit()
+        return False
 
     # ---------------------------------------------------------------- draw
     def _set(self, row: int, col: int, value: Any, kind: str, changed: bool, text: str | None = None) -> None:
@@ -352,39 +450,87 @@ class GradsView(QWidget):
             before = moment.previous(run.name) if moment.op_record(run.name) is not None else now
             back = moment.last_backward(run.name)
             manual = run.spec.optimizer.kind == "manual"
-            for param in run.names:
-                row = self.rows[(run.name, param)]
-                value = now.params.get(param)
-                self._set(
-                    row, 1, value, "array", before is not None and not _same(value, before.params.get(param))
-                )
-                grad = now.grads.get(param)
-                g_changed = before is not None and not _same(grad, before.grads.get(param))
-                self._set(row, 2, grad, "none" if grad is None else "array", g_changed)
-                if back is None:
-                    self._set(row, 3, None, "na", False, "—")
-                    self._set(row, 4, None, "na", False, "—")
+            for r in self.shown_rows:
+                if r.run != run.name:
+                    continue
+                row = self.rows[(r.run, r.name)]
+                if r.group:
+                    self._draw_group(row, r.params, now, before, back, manual)
                 else:
-                    fresh = (back.fresh_grads or {}).get(param)
-                    stale = (back.stale_grads or {}).get(param)
-                    just = back.tick == moment.tick
-                    if fresh is None:
-                        self._set(row, 3, None, "na", False, "nothing (not in this graph)")
-                    else:
-                        self._set(row, 3, fresh, "array", just)
-                    self._set(row, 4, stale, "none" if stale is None else "array", False)
-                state = now.state.get(param, {})
-                text = state_text(state, manual)
-                old = before.state.get(param, {}) if before is not None else {}
-                s_changed = state_text(old, manual) != text
-                self._set(row, STATE, None, "text", s_changed, text)
-                if not manual and self._state_tips.get(row) is not state:
-                    # Every element, formatted only when the state is new (a step made it).
-                    self._state_tips[row] = state
-                    item = self.table.item(row, STATE)
-                    assert item is not None  # every cell is filled when the rows are built
-                    item.setToolTip(state_tip(state))
+                    just = back is not None and back.tick == moment.tick
+                    self._draw_param(row, r.name, now, before, back, manual, just)
         self._fit()  # new text may need other widths or taller rows
+
+    def _draw_param(
+        self, row: int, param: str, now: Any, before: Any, back: Any, manual: bool, just: bool
+    ) -> None:
+        value = now.params.get(param)
+        self._set(row, 1, value, "array", before is not None and not _same(value, before.params.get(param)))
+        grad = now.grads.get(param)
+        g_changed = before is not None and not _same(grad, before.grads.get(param))
+        self._set(row, 2, grad, "none" if grad is None else "array", g_changed)
+        if back is None:
+            self._set(row, 3, None, "na", False, "—")
+            self._set(row, 4, None, "na", False, "—")
+        else:
+            fresh = (back.fresh_grads or {}).get(param)
+            stale = (back.stale_grads or {}).get(param)
+            if fresh is None:
+                self._set(row, 3, None, "na", False, "nothing (not in this graph)")
+            else:
+                self._set(row, 3, fresh, "array", just)
+            self._set(row, 4, stale, "none" if stale is None else "array", False)
+        state = now.state.get(param, {})
+        text = state_text(state, manual)
+        old = before.state.get(param, {}) if before is not None else {}
+        self._set(row, STATE, None, "text", state_text(old, manual) != text, text)
+        if not manual and self._state_tips.get(row) is not state:
+            # Every element, formatted only when the state is new (a step made it).
+            self._state_tips[row] = state
+            item = self.table.item(row, STATE)
+            assert item is not None  # every cell is filled when the rows are built
+            item.setToolTip(state_tip(state))
+
+    def _draw_group(
+        self, row: int, params: tuple[str, ...], now: Any, before: Any, back: Any, manual: bool
+    ) -> None:
+        """A module's parameters in one row: joint norms, and None only where every ``.grad`` is."""
+
+        def cell(col: int, values: list[Any], old: list[Any] | None, empty: str | None = None) -> None:
+            text, kind = group_text(values)
+            if empty is not None and kind == "none":
+                text, kind = empty, "na"
+            changed = old is not None and group_text(old) != (text, kind)
+            self._set(row, col, None, kind, changed, text)
+
+        cell(
+            1, [now.params.get(p) for p in params], [before.params.get(p) for p in params] if before else None
+        )
+        cell(2, [now.grads.get(p) for p in params], [before.grads.get(p) for p in params] if before else None)
+        if back is None:
+            self._set(row, 3, None, "na", False, "—")
+            self._set(row, 4, None, "na", False, "—")
+        else:
+            cell(3, [(back.fresh_grads or {}).get(p) for p in params], None, "nothing (not in this graph)")
+            cell(4, [(back.stale_grads or {}).get(p) for p in params], None)
+        parts: dict[str, list[Any]] = {}
+        for p in params:
+            for key, value in now.state.get(p, {}).items():
+                parts.setdefault(key, []).append(value)
+        # Adam's step count, the same for every tensor, is left to the tooltip.
+        lines = [f"{STATE_NAMES.get(k, k)} {group_text(v)[0]}" for k, v in parts.items() if k != "step"]
+        text = "no optimizer" if manual else "\n".join(lines) or "empty"
+        self._set(row, STATE, None, "text", False, text)
+        states = tuple(now.state.get(p, {}) for p in params)
+        old = self._state_tips.get(row)
+        same = isinstance(old, tuple) and len(old) == len(states) and all(map(operator.is_, old, states))
+        if not manual and not same:
+            self._state_tips[row] = states
+            item = self.table.item(row, STATE)
+            assert item is not None  # every cell is filled when the rows are built
+            item.setToolTip(
+                "\n\n".join(f"{p}\n{state_tip(st)}" for p, st in zip(params, states, strict=True))
+            )
 
     def cell(self, run: str, param: str, column: str) -> QTableWidgetItem:
         """The item shown for ``run``'s ``param`` in the column headed ``column``."""
