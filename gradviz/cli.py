@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="validate a scenario file")
     c.add_argument("file")
 
+    q = sub.add_parser("quiz", help="answer a lesson's questions; the real run reveals the answers")
+    q.add_argument("scenario", nargs="?", help="built-in name or TOML file (default: interview questions)")
+
     t = sub.add_parser("trace", help="run a scenario headless and write JSON Lines to stdout")
     t.add_argument("scenario", help="built-in name or TOML file")
     t.add_argument("--iterations", type=_positive_int, help="iterations to run (default: the scenario's)")
@@ -185,11 +188,24 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     names = builtin_names()
     width = max(len(n) for n in names)
-    for name in names:
-        sc = load_builtin(name)
-        default = "  (default)" if name == DEFAULT_SCENARIO else ""
-        print(f"{name:<{width}}  {sc.title}{default}")
+    scenarios = [load_builtin(name) for name in names]
+    titles = [sc.title + ("  (default)" if sc.name == DEFAULT_SCENARIO else "") for sc in scenarios]
+    title_width = max(len(t) for t in titles)
+    for name, sc, title in zip(names, scenarios, titles, strict=True):
+        note = _lesson_note(sc)
+        line = f"{name:<{width}}  {title:<{title_width}}" + (f"  lesson: {note}" if note else "")
+        print(line.rstrip())
     return 0
+
+
+def _lesson_note(scenario: Any) -> str:
+    """``3 stops, 4 questions`` where the scenario's lesson has stops; empty where it has none."""
+    stops = scenario.lesson.stops if scenario.lesson is not None else ()
+    if not stops:
+        return ""
+    questions = sum(len(s.questions) for s in stops)
+    plural = ("" if len(stops) == 1 else "s", "" if questions == 1 else "s")
+    return f"{len(stops)} stop{plural[0]}, {questions} question{plural[1]}"
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -199,8 +215,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     scenario = load_scenario_file(args.file)
     # Building the lab checks what only the real model can tell (parameter names in init).
     Lab(scenario.with_overrides(device="cpu"), record="bare")
+    from gradviz.engine.quiz import check_lesson
+
+    # Every lesson stop is stepped to and each question answered by the real run.
+    lesson = check_lesson(scenario)
     runs = ", ".join(r.name for r in scenario.runs)
     print(f"{args.file}: ok: {scenario.name!r}, model {scenario.model.kind}, runs: {runs}.")
+    if lesson[0]:
+        print(f"{scenario.where}: lesson ok: {_lesson_note(scenario)}, each answered by the real run.")
     return 0
 
 
@@ -296,6 +318,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quiz(args: argparse.Namespace) -> int:
+    from gradviz.engine.quiz import interview_quiz, lesson_quiz, run_quiz
+    from gradviz.engine.scenario import load_scenario
+
+    quiz = interview_quiz() if args.scenario is None else lesson_quiz(load_scenario(args.scenario))
+    run_quiz(quiz, sys.stdin, sys.stdout)
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": cmd_list,
     "check": cmd_check,
@@ -303,6 +334,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "open": cmd_open,
     "snapshot": cmd_snapshot,
     "export": cmd_export,
+    "quiz": cmd_quiz,
 }
 
 
