@@ -10,39 +10,93 @@ import argparse
 import json
 import math
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import IO, Any, NoReturn
 
 import gradviz
+from gradviz.engine.errors import one_line, quoted
+from gradviz.engine.scenario import (
+    EXPORT_ITERATIONS,
+    EXPORT_OPS,
+    FRAME_RATES,
+    ITERATIONS,
+    LEARNING_RATES,
+    SEEDS,
+    SNAPSHOT_OPS,
+    Bounds,
+    number_problem,
+)
 
 DEFAULT_SCENARIO = "forgot-zero-grad"
+SIZES = "320x240 to 7680x4320"
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one sentence and exit status 2."""
+    """argparse that reports a usage error as one sentence and exit status 2.
+
+    Whatever the user typed is echoed through :func:`quoted`: an unknown choice,
+    unrecognised arguments, a value its option refuses.
+    """
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: {message}; see `{self.prog} --help`.\n")
+        sys.stderr.write(f"{self.prog}: {one_line(message)}; see `{self.prog} --help`.\n")
         raise SystemExit(2)
 
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(map(repr, action.choices))
+            raise argparse.ArgumentError(action, f"invalid choice: {quoted(value)} (choose from {choices})")
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, found {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 1 or more, found {value}")
-    return value
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            shown = ", ".join(quoted(a, 40) for a in extras[:3])
+            more = f" and {len(extras) - 3:,} more" if len(extras) > 3 else ""
+            self.error(f"unrecognized arguments: {shown}{more}")
+        return parsed
+
+
+def _whole(bounds: Bounds) -> Callable[[str], int]:
+    """An option's type: a whole number inside ``bounds`` (the range files use where they share it)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:  # also numbers of more than 4,300 digits
+            raise argparse.ArgumentTypeError(f"found {quoted(text)}; allowed: {bounds.allowed()}") from None
+        if not bounds.holds(value):
+            raise argparse.ArgumentTypeError(f"found {quoted(value)}; allowed: {bounds.allowed()}")
+        return value
+
+    return parse
+
+
+def _real(bounds: Bounds) -> Callable[[str], float]:
+    """An option's type: a finite number inside ``bounds`` that float32 holds."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"found {quoted(text)}; allowed: {bounds.allowed()}") from None
+        problem = number_problem(value, bounds)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    return parse
 
 
 def _size(text: str) -> tuple[int, int]:
     try:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 1280x720, found {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"found {quoted(text)}; allowed: WIDTHxHEIGHT such as 1280x720, from {SIZES}"
+        ) from None
     if not (320 <= w <= 7680 and 240 <= h <= 4320):
-        raise argparse.ArgumentTypeError(f"{w}x{h} is outside 320x240 to 7680x4320")
+        raise argparse.ArgumentTypeError(f"found {quoted(text)}; allowed: a size from {SIZES}")
     return w, h
 
 
@@ -65,16 +119,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("trace", help="run a scenario headless and write JSON Lines to stdout")
     t.add_argument("scenario", help="built-in name or TOML file")
-    t.add_argument("--iterations", type=_positive_int, help="iterations to run (default: the scenario's)")
+    t.add_argument(
+        "--iterations",
+        type=_whole(ITERATIONS),
+        help="iterations to run, 1 to 1,000,000 (default: the scenario's)",
+    )
     t.add_argument("--device", help="cpu, cuda, mps or auto (default: the scenario's)")
-    t.add_argument("--seed", type=int, help="seed for weights and batches (default: the scenario's)")
-    t.add_argument("--lr", type=float, help="learning rate for every optimizer")
+    t.add_argument(
+        "--seed",
+        type=_whole(SEEDS),
+        help="seed for weights and batches, 0 to 2**63 - 1 (default: the scenario's)",
+    )
+    t.add_argument("--lr", type=_real(LEARNING_RATES), help="learning rate for every optimizer, 0 to 1e6")
 
     s = sub.add_parser("snapshot", help="render the window offscreen after N ops and write a PNG")
     s.add_argument("scenario", help="built-in name or TOML file")
     s.add_argument("-o", "--output", required=True, help="PNG file to write")
-    s.add_argument("--ops", type=int, default=12, help="ticks to step before the picture (default 12)")
-    s.add_argument("--size", type=_size, default=(1280, 720), help="WIDTHxHEIGHT (default 1280x720)")
+    s.add_argument(
+        "--ops",
+        type=_whole(SNAPSHOT_OPS),
+        default=12,
+        help="ticks to step before the picture, 0 to 10,000 (default 12)",
+    )
+    s.add_argument(
+        "--size", type=_size, default=(1280, 720), help=f"WIDTHxHEIGHT, {SIZES} (default 1280x720)"
+    )
     s.add_argument("--presentation", action="store_true", help="presentation mode: large type, no chrome")
     s.add_argument(
         "--3d",
@@ -94,23 +163,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     length = e.add_mutually_exclusive_group()
     length.add_argument(
-        "--iterations", type=_positive_int, metavar="N", help="iterations to run (default: scenario's)"
+        "--iterations",
+        type=_whole(EXPORT_ITERATIONS),
+        metavar="N",
+        help="iterations to run, 1 to 10,000 (default: scenario's)",
     )
     length.add_argument(
-        "--ops", type=_positive_int, metavar="N", help="ops to run instead of whole iterations"
+        "--ops",
+        type=_whole(EXPORT_OPS),
+        metavar="N",
+        help="ops to run instead of whole iterations, 1 to 100,000",
     )
     e.add_argument(
-        "--from", dest="first", type=int, metavar="I", help="first op or iteration shown (1; 0: the start)"
+        "--from",
+        dest="first",
+        type=_whole(_FIRST),
+        metavar="I",
+        help="first op or iteration shown (1; 0: the start); at most 100,000 ops or 10,000 iterations",
     )
     e.add_argument(
-        "--to", dest="last", type=int, metavar="J", help="last op or iteration shown (default: the end)"
+        "--to",
+        dest="last",
+        type=_whole(_LAST),
+        metavar="J",
+        help="last op or iteration shown (default: the end); at most 100,000 ops or 10,000 iterations",
     )
     e.add_argument("--per-frame", choices=("op", "iteration"), default="op", help="a frame per op (default)")
     e.add_argument(
-        "--fps", type=float, default=4.0, metavar="F", help="frames per second (default 4; GIF at most 50)"
+        "--fps",
+        type=_real(FRAME_RATES),
+        default=4.0,
+        metavar="F",
+        help="frames per second, 0.1 to 60 (default 4; GIF at most 50)",
     )
     e.add_argument(
-        "--size", type=_size, metavar="WxH", help="WIDTHxHEIGHT (default 1280x720; 640x480 for one view)"
+        "--size",
+        type=_size,
+        metavar="WxH",
+        help=f"WIDTHxHEIGHT, {SIZES} (default 1280x720; 640x480 for one view)",
     )
     e.add_argument(
         "--views",
@@ -122,8 +212,27 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--caption", choices=("narration", "none"), default="narration", help="sentence per frame")
     e.add_argument("--presentation", action="store_true", help="large type, as in presentation mode")
     e.add_argument("--device", help="cpu, cuda, mps or auto (default: the scenario's)")
-    e.add_argument("--lr", type=float, help="learning rate for every optimizer")
+    e.add_argument("--lr", type=_real(LEARNING_RATES), help="learning rate for every optimizer, 0 to 1e6")
     return p
+
+
+# --from and --to in either unit; cmd_export narrows them to the unit of --per-frame.
+_FIRST = Bounds(0, EXPORT_OPS.high, "a whole number")
+_LAST = Bounds(1, EXPORT_OPS.high, "a whole number")
+
+
+def _check_export_range(args: argparse.Namespace) -> None:
+    """--from and --to in the unit of --per-frame: an export steps at most so far."""
+    from gradviz.engine.scenario import check_bounds
+
+    if args.per_frame != "iteration":
+        return
+    within = EXPORT_ITERATIONS
+    unit = "(with --per-frame iteration)"
+    if args.first is not None:
+        check_bounds(args.first, Bounds(0, within.high, within.what), None, f"--from {unit}")
+    if args.last is not None:
+        check_bounds(args.last, within, None, f"--to {unit}")
 
 
 # --------------------------------------------------------------------- JSON
@@ -219,8 +328,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     # Every lesson stop is stepped to and each question answered by the real run.
     lesson = check_lesson(scenario)
-    runs = ", ".join(r.name for r in scenario.runs)
-    print(f"{args.file}: ok: {scenario.name!r}, model {scenario.model.kind}, runs: {runs}.")
+    runs = ", ".join(quoted(r.name, 40, bare=True) for r in scenario.runs)
+    print(f"{scenario.where}: ok: {quoted(scenario.name)}, model {scenario.model.kind}, runs: {runs}.")
     if lesson[0]:
         print(f"{scenario.where}: lesson ok: {_lesson_note(scenario)}, each answered by the real run.")
     return 0
@@ -234,7 +343,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         lr=args.lr, seed=args.seed, iterations=args.iterations, device=args.device
     )
     set_threads(1)
-    lab = Lab(scenario, record="full")
+    # Each record is written as it comes and then forgotten: memory stays flat over any length.
+    lab = Lab(scenario, record="stream")
     out = sys.stdout
     _write(
         out,
@@ -257,8 +367,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
             ],
         },
     )
+    stopped: dict[str, str] = {}
     for rec in lab.iterate(scenario.iterations):
         _write(out, record_to_json(rec))
+        if (rec.diverged or rec.error) and rec.run not in stopped:
+            stopped[rec.run] = _stop_sentence(rec)
     _write(
         out,
         {
@@ -268,7 +381,22 @@ def cmd_trace(args: argparse.Namespace) -> int:
             },
         },
     )
+    out.flush()
+    for sentence in stopped.values():  # what the JSON says, once, in words, after it
+        sys.stderr.write(f"gradviz: {sentence}\n")
     return 0
+
+
+def _stop_sentence(rec: Any) -> str:
+    """Why a run's trace ends at ``rec``, in one sentence."""
+    run = quoted(rec.run, 40)
+    if rec.error:
+        return (
+            f"run {run} stopped at iteration {rec.iteration} with an error "
+            f"({one_line(rec.error, 200).rstrip('.')}); the trace ends there for it."
+        )
+    loss = "none" if rec.loss is None else f"{rec.loss:.4g}"
+    return f"run {run} diverged at iteration {rec.iteration} (loss {loss}); the trace ends there for it."
 
 
 def cmd_open(args: argparse.Namespace) -> int:
@@ -295,11 +423,14 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from gradviz.engine.scenario import load_scenario
     from gradviz.export import check_output
+    from gradviz.export.outputs import check_fps
     from gradviz.export.progress import ProgressBar
     from gradviz.gui.export_frames import ExportRange, FrameStyle, export_animation
     from gradviz.gui.layout import parse_views
 
-    check_output(args.output)  # before building the lab: a typo in the path should fail at once
+    output = check_output(args.output)  # before building the lab: a typo in the path should fail at once
+    check_fps(args.fps, output)
+    _check_export_range(args)
     # Presentation mode shows the window's presentation views unless told otherwise.
     default = "code,surface,grads" if args.presentation else "surface,grads,code,timeline"
     views = parse_views(args.views or default)
@@ -338,6 +469,17 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+def _execute(args: argparse.Namespace) -> int:
+    """Run the command with library warnings silenced: what they mean, gradviz says in its own words.
+
+    numpy warns of overflow in a norm when a run diverges; the trace says that
+    the run diverged, once.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return COMMANDS[args.command](args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gradviz`` command; returns the exit status."""
     args = build_parser().parse_args(argv)
@@ -346,9 +488,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gradviz.engine.errors import UserError
 
     try:
-        return COMMANDS[args.command](args)
+        return _execute(args)
     except UserError as exc:
-        sys.stderr.write(f"gradviz: {exc}\n")
+        sys.stderr.write(f"gradviz: {one_line(str(exc))}\n")
         return 2
     except BrokenPipeError:
         # The reader (say `| head`) went away: not an error of ours or theirs.
@@ -358,7 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:
         sys.stderr.write(
-            f"gradviz: internal error ({type(exc).__name__}: {exc}); "
+            f"gradviz: internal error ({type(exc).__name__}: {one_line(str(exc), 500)}); "
             "please report it with the command you ran.\n"
         )
         return 1

@@ -76,7 +76,12 @@ class Lab:
     record:
         ``"auto"`` keeps a full record per op for small models and keyframes for
         large ones; ``"full"`` or ``"light"`` force one; ``"bare"`` records nothing
-        (the peer that recording is measured against).
+        (the peer that recording is measured against). ``"stream"`` makes the
+        same full records as ``"full"``, but the history keeps only each run's
+        latest op (and keyframe 0): memory stays flat however long the lab
+        runs, for a reader that takes each record as it comes (``trace``). A
+        streaming lab cannot go back: :meth:`seek` and records of earlier ops
+        need the ops it forgot.
     keyframe_every:
         Iterations between keyframes of a ``light`` lab; by default chosen after
         the first iteration so that keyframes cost about ``KEYFRAME_BUDGET``
@@ -86,13 +91,16 @@ class Lab:
     def __init__(self, scenario: Scenario, record: str = "auto", keyframe_every: int | None = None) -> None:
         self.scenario = scenario
         self.device = resolve_device(scenario.device)
-        where = str(scenario.path or scenario.name)
+        where = scenario.where
         try:
             self.runs = [Run(spec, scenario, self.device) for spec in scenario.runs]
         except ScenarioError as exc:
             raise ScenarioError(f"{where}: {exc}") from None
         if scenario.lesson is not None:
             check_params(scenario.lesson, self.runs[0].names, where)
+        self.streaming = record == "stream"
+        if self.streaming:
+            record = "full"
         if record == "auto":
             # Parameters, .grad and up to two state tensors each (Adam's moments).
             record = "full" if self.runs[0].layout.total * 4 <= FULL_RECORD_FLOATS else "light"
@@ -148,7 +156,7 @@ class Lab:
                     continue
                 h = self.history[run.name]
                 # Iteration 0 starts from the state the lab was built with, kept already.
-                if slot_index == 0 and iteration and self.mode != "bare":
+                if slot_index == 0 and iteration and self.mode != "bare" and not self.streaming:
                     if self.mode == "full":
                         h.keyframes[iteration] = len(h.entries)  # the state the last entry left
                     else:
@@ -159,6 +167,8 @@ class Lab:
                 done.append((run.name, len(h)))
                 entry = run.execute(slot, iteration, self.tick, self.mode)
                 if entry is not None:
+                    if self.streaming:
+                        h.forget_all()
                     # Appended here, not through a method: this runs for every op of a full lab.
                     h.ticks.append(self.tick)
                     h.entries.append(entry)
@@ -234,6 +244,8 @@ class Lab:
         Stepping on from there repeats exactly what happened the first time:
         the same batches and the same arithmetic.
         """
+        if self.streaming:
+            raise ValueError("a streaming lab keeps no earlier ops to go back to")
         tick = max(-1, min(tick, self.tick - 1))
         self._shadow_at.clear()
         for r, run in enumerate(self.runs):
@@ -252,7 +264,7 @@ class Lab:
         """The full record of op ``index`` of a run, rebuilt by replay when only scalars were kept."""
         h = self.history[run_name]
         if h.keep_records:
-            return OpRecord.from_entry(run_name, index, h.entries[index])
+            return OpRecord.from_entry(run_name, index, h.entries[index - h.forgotten])
         r = [x.name for x in self.runs].index(run_name)
         shadow = self._shadows.get(run_name)
         if shadow is None:

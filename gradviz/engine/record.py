@@ -355,7 +355,7 @@ class _Records(Sequence[OpRecord]):
             i += n
         if not 0 <= i < n:
             raise IndexError(i)
-        return OpRecord.from_entry(self._h.run, i, self._h.entries[i])
+        return OpRecord.from_entry(self._h.run, self._h.forgotten + i, self._h.entries[i])
 
 
 class RunHistory:
@@ -370,6 +370,8 @@ class RunHistory:
         self.keep_records = keep_records
         self.ticks = array("i")  # 4-byte columns: beside the keyframes, the rest of a large model's history
         self.entries: list[Entry] = []
+        # Ops dropped from the front by forget_all (a streaming lab): op i is entries[i - forgotten].
+        self.forgotten = 0
         self.records = _Records(self)
         # Iteration -> (state at its start, the loss then), packed where memory is bounded;
         # or, with full entries, the number of entries before it (the last one left that state).
@@ -378,7 +380,20 @@ class RunHistory:
         self._columns = {"loss": array("d"), "grad_norm": array("f"), "param_norm": array("f")}
 
     def __len__(self) -> int:
-        return len(self.ticks)
+        return self.forgotten + len(self.ticks)
+
+    def forget_all(self) -> None:
+        """Drop every op kept so far, still counting them (a streaming lab calls it before each op).
+
+        Only :meth:`__len__`, the ops appended afterwards and the keyframes stay;
+        ticks, columns and records are those of the later ops alone.
+        """
+        n = len(self.ticks)
+        self.forgotten += n
+        del self.ticks[:]
+        del self.entries[:]
+        for col in self._columns.values():
+            del col[:n]
 
     def append(self, tick: int, loss: float | None, norms: tuple[float, float]) -> None:
         """Add one op of a light run: its loss and (grad, param) norms.
@@ -429,11 +444,11 @@ class RunHistory:
 
     def index_at(self, tick: int) -> int:
         """Index of the last op with ``tick`` at or before ``tick``; -1 if none."""
-        return bisect.bisect_right(self.ticks, tick) - 1
+        return self.forgotten + bisect.bisect_right(self.ticks, tick) - 1
 
     def truncate(self, tick: int) -> None:
         """Forget every op after ``tick``."""
-        keep = self.index_at(tick) + 1
+        keep = max(self.index_at(tick) + 1 - self.forgotten, 0)
         del self.ticks[keep:]
         del self.entries[keep:]
         for col in self._columns.values():

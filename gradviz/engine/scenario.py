@@ -10,6 +10,9 @@ import dataclasses
 import difflib
 import functools
 import math
+import os
+import re
+import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -17,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from gradviz.engine.errors import ScenarioError
+from gradviz.engine.errors import ScenarioError, one_line, quoted
 from gradviz.engine.lesson import Lesson, read_lesson
 
 Op = Literal["zero_grad", "forward", "backward", "step"]
@@ -58,6 +61,50 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
     "none": (),
 }
 LOOP_KEYS = ("order", "zero_grad", "set_to_none", "accumulate", "scale_loss", "fake")
+# The largest magnitude a float32 holds: parameters, data and optimizer arithmetic
+# are float32, and torch refuses (mid-run) a Python float it cannot convert.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def number_text(value: float) -> str:
+    """A bound as messages write it: ``1,000,000``, ``1e6``, ``3.4e38``, ``0``."""
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
+    text = f"{value:.3g}"
+    mantissa, _, exponent = text.partition("e")
+    return mantissa if not exponent else f"{mantissa}e{int(exponent)}"
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A closed range of numbers and how messages name it: one definition for files and options."""
+
+    low: float
+    high: float
+    what: str = "a number"
+
+    def holds(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    def allowed(self) -> str:
+        return f"{self.what} from {number_text(self.low)} to {number_text(self.high)}"
+
+
+SEEDS = Bounds(0, 2**63 - 1, "a whole number")
+ITERATIONS = Bounds(1, 1_000_000, "a whole number")
+LEARNING_RATES = Bounds(0.0, 1e6, "a learning rate")
+FLOATS = Bounds(-FLOAT32_MAX, FLOAT32_MAX, "a number")
+# The command line's own ranges (files have no such fields): an export or a snapshot steps
+# the window's lab, which keeps every op, so how far they go is bounded.
+SNAPSHOT_OPS = Bounds(0, 10_000, "a whole number of ops")
+EXPORT_ITERATIONS = Bounds(1, 10_000, "a whole number of iterations")
+EXPORT_OPS = Bounds(1, 100_000, "a whole number of ops")
+# GIF delays are whole hundredths of a second up to 655.35 s; 0.1 fps is 10 s a frame.
+FRAME_RATES = Bounds(0.1, 60.0, "frames per second")
+# What an init table may name: parameter names as PyTorch writes them (weight, 0.bias, D.2.weight).
+PARAMETER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]{0,99}")
+# Nested lists in init: a parameter has at most two axes here; a few more are refused with a sentence.
+MAX_INIT_DEPTH = 4
 
 
 @dataclass(frozen=True)
@@ -149,20 +196,20 @@ class Scenario:
         device: str | None = None,
     ) -> Scenario:
         """Return a copy with the command line's overrides applied and checked."""
-        where = str(self.path or self.name)
+        where = self.where
         runs = self.runs
         if lr is not None:
             _check_lr(lr, where, "--lr")
             runs = tuple(replace(r, optimizer=replace(r.optimizer, lr=lr)) for r in runs)
             for r in runs:
                 _check_optimizer(r.optimizer, where, "--lr")
-        if seed is not None and seed < 0:
-            raise ScenarioError(f"--seed must be 0 or more; found {seed}.")
-        if iterations is not None and iterations < 1:
-            raise ScenarioError(f"--iterations must be 1 or more; found {iterations}.")
+        if seed is not None:
+            check_bounds(seed, SEEDS, None, "--seed")
+        if iterations is not None:
+            check_bounds(iterations, ITERATIONS, None, "--iterations")
         if device is not None and device not in DEVICES:
             raise ScenarioError(
-                f"--device {device!r} is not a device gradviz knows; allowed: {', '.join(DEVICES)}."
+                f"--device {quoted(device)} is not a device gradviz knows; allowed: {', '.join(DEVICES)}."
             )
         return replace(
             self,
@@ -171,6 +218,11 @@ class Scenario:
             iterations=self.iterations if iterations is None else iterations,
             device=self.device if device is None else device,
         )
+
+    @property
+    def where(self) -> str:
+        """How messages name this scenario: its file, or its name."""
+        return shown_path(self.path) if self.path is not None else quoted(self.name, bare=True)
 
     def to_dict(self) -> dict[str, Any]:
         """The scenario as plain TOML-ready data (only values that differ from defaults)."""
@@ -243,16 +295,17 @@ class _Table:
         self.used: set[str] = set()
 
     def key(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
+        shown = quoted(name, 40, bare=True)
+        return f"{self.path}.{shown}" if self.path else shown
 
     def has(self, name: str) -> bool:
         return name in self.data
 
-    def get(self, name: str, kind: str, default: Any) -> Any:
+    def get(self, name: str, kind: str, default: Any, bounds: Bounds = FLOATS) -> Any:
         self.used.add(name)
         if name not in self.data:
             return default
-        return _convert(self.data[name], kind, self.key(name), self.where)
+        return _convert(self.data[name], kind, self.key(name), self.where, bounds)
 
     def choice(self, name: str, allowed: Sequence[str], default: str) -> str:
         value = self.get(name, "str", default)
@@ -280,21 +333,63 @@ def _one_of(allowed: Sequence[str]) -> str:
 
 
 def _close(word: Any, allowed: Sequence[str]) -> str:
-    if not isinstance(word, str):
+    # A word far longer than every choice is close to none of them (and slow to compare).
+    if not isinstance(word, str) or len(word) > 100:
         return ""
     match = difflib.get_close_matches(word, list(allowed), n=1, cutoff=0.6)
-    return f" Did you mean {match[0]!r}?" if match else ""
+    return f" Did you mean {quoted(match[0])}?" if match else ""
 
 
-def _error(where: str, path: str, found: Any, allowed: str, hint: str = "") -> ScenarioError:
-    shown = repr(found)
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
-    return ScenarioError(f"{where}: {path}: found {shown}; allowed: {allowed}.{hint}")
+def shown_path(path: str | Path) -> str:
+    """A file path as messages show it: as it is when plain, else quoted and shortened."""
+    return quoted(str(path), 160, bare=True)
 
 
-def _convert(value: Any, kind: str, path: str, where: str) -> Any:
-    """Check ``value`` against a small type language: str, bool, int, float, floats, ints."""
+def _error(where: str | None, path: str, found: Any, allowed: str, hint: str = "") -> ScenarioError:
+    """The one sentence of a refused value: where, the field, what was found and what is allowed."""
+    head = f"{where}: {path}" if where else path
+    return ScenarioError(f"{head}: found {quoted(found)}; allowed: {allowed}.{hint}")
+
+
+def check_bounds(value: float, bounds: Bounds, where: str | None, path: str) -> None:
+    """Refuse ``value`` outside ``bounds`` with the sentence files and options share."""
+    if not bounds.holds(value):
+        raise _error(where, path, value, bounds.allowed())
+
+
+def number_problem(value: Any, bounds: Bounds = FLOATS) -> str | None:
+    """Why ``value`` is no finite number inside ``bounds`` that float32 holds, as
+    ``found ...; allowed: ...``; ``None`` when it is one."""
+    allowed = f"allowed: {bounds.allowed()}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"found {quoted(value)}; {allowed}"
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past any float
+        number = math.inf
+    if math.isnan(number) or (isinstance(value, float) and math.isinf(value)):
+        return f"found {quoted(value)}; {allowed}"
+    if abs(number) > FLOAT32_MAX:
+        return f"found {quoted(value)}, which float32 parameters cannot hold; {allowed}"
+    if not bounds.holds(number):
+        return f"found {quoted(value)}; {allowed}"
+    return None
+
+
+def _float(value: Any, where: str | None, path: str, bounds: Bounds = FLOATS) -> float:
+    """A finite number inside ``bounds`` that float32 tensors hold; ScenarioError otherwise."""
+    problem = number_problem(value, bounds)
+    if problem is not None:
+        head = f"{where}: {path}" if where else path
+        raise ScenarioError(f"{head}: {problem}.")
+    return float(value)
+
+
+def _convert(value: Any, kind: str, path: str, where: str, bounds: Bounds = FLOATS) -> Any:
+    """Check ``value`` against a small type language: str, bool, int, float, floats, ints.
+
+    Every float must be finite and within what float32 holds (and ``bounds``).
+    """
     if kind == "str":
         if not isinstance(value, str):
             raise _error(where, path, value, "a string")
@@ -308,25 +403,27 @@ def _convert(value: Any, kind: str, path: str, where: str) -> Any:
             raise _error(where, path, value, "a whole number")
         return value
     if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise _error(where, path, value, "a finite number")
-        return float(value)
+        return _float(value, where, path, bounds)
     if kind in ("floats", "ints", "strs"):
         item = kind[:-1]
         if not isinstance(value, list):
             raise _error(where, path, value, f"a list of {item}s")
-        return tuple(_convert(v, item, f"{path}[{i}]", where) for i, v in enumerate(value))
+        return tuple(_convert(v, item, f"{path}[{i}]", where, bounds) for i, v in enumerate(value))
     raise AssertionError(kind)
 
 
-def _check_lr(lr: float, where: str, path: str) -> None:
-    if not math.isfinite(lr) or lr < 0:
-        raise ScenarioError(f"{where}: {path}: found {lr!r}; allowed: a learning rate of 0 or more.")
+def _check_lr(lr: float, where: str | None, path: str) -> None:
+    _float(lr, where, path, LEARNING_RATES)
 
 
 def _check_range(value: float, low: float, high: float, where: str, path: str) -> None:
-    if not low <= value <= high:
-        raise _error(where, path, value, f"a number from {low:g} to {high:g}")
+    check_bounds(value, Bounds(low, high), where, path)
+
+
+def _check_name(value: str, where: str, path: str, limit: int) -> None:
+    """Names and titles are shown on one line (legends, messages, the window's title)."""
+    if not value or len(value) > limit or not value.isprintable():
+        raise _error(where, path, value, f"1 to {limit} printable characters, on one line")
 
 
 def _read_model(t: _Table) -> ModelSpec:
@@ -364,14 +461,18 @@ def _read_init(t: _Table) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise _error(t.where, path, raw, "a table of parameter name = number or nested list")
     for name, value in raw.items():
+        if not PARAMETER_NAME.fullmatch(name):
+            raise _error(t.where, path, name, "parameter names such as 'weight' or '0.bias' as keys")
         _check_nested_numbers(value, f"{path}.{name}", t.where)
     return dict(raw)
 
 
-def _check_nested_numbers(value: Any, path: str, where: str) -> None:
+def _check_nested_numbers(value: Any, path: str, where: str, depth: int = 0) -> None:
     if isinstance(value, list):
+        if depth >= MAX_INIT_DEPTH:
+            raise _error(where, path, value, f"a number or lists nested at most {MAX_INIT_DEPTH} deep")
         for i, v in enumerate(value):
-            _check_nested_numbers(v, f"{path}[{i}]", where)
+            _check_nested_numbers(v, f"{path}[{i}]", where, depth + 1)
         return
     _convert(value, "float", path, where)
 
@@ -410,8 +511,7 @@ def _read_data(t: _Table, model_kind: str) -> DataSpec:
 def _read_optimizer(t: _Table, base: OptimizerSpec | None) -> OptimizerSpec:
     kind = t.choice("kind", OPTIMIZER_KINDS, base.kind if base else "SGD")
     same_kind = base is not None and base.kind == kind
-    lr = t.get("lr", "float", base.lr if base else 0.05)
-    _check_lr(lr, t.where, t.key("lr"))
+    lr = t.get("lr", "float", base.lr if base else 0.05, LEARNING_RATES)
     options = dict(base.options) if (base and same_kind) else {}
     allowed = optimizer_keywords(kind)
     for name, value in t.data.items():
@@ -472,7 +572,8 @@ def _check_optimizer(spec: OptimizerSpec, where: str, path: str) -> None:
     try:
         cls([torch.zeros(1, requires_grad=True)], lr=spec.lr, **spec.options)
     except (ValueError, TypeError, RuntimeError) as exc:
-        raise ScenarioError(f"{where}: {path}: torch.optim.{spec.kind} refuses it: {exc}.") from None
+        reason = one_line(str(exc).rstrip("."), 300)
+        raise ScenarioError(f"{where}: {path}: torch.optim.{spec.kind} refuses it: {reason}.") from None
 
 
 def _read_loop(t: _Table, base: LoopSpec) -> LoopSpec:
@@ -527,14 +628,16 @@ def parse_scenario(data: Mapping[str, Any], where: str, default_name: str = "sce
     """
     top = _Table(dict(data), "", where)
     name = top.get("name", "str", default_name)
+    if top.has("name"):
+        _check_name(name, where, "name", 200)
     title = top.get("title", "str", name)
+    if top.has("title"):
+        _check_name(title, where, "title", 200)
     summary = top.get("summary", "str", "")
     seed = top.get("seed", "int", 0)
-    if not 0 <= seed < 2**63:
-        raise _error(where, "seed", seed, "a whole number from 0")
+    check_bounds(seed, SEEDS, where, "seed")
     iterations = top.get("iterations", "int", 50)
-    if not 1 <= iterations <= 1_000_000:
-        raise _error(where, "iterations", iterations, "1 to 1000000")
+    check_bounds(iterations, ITERATIONS, where, "iterations")
     device = top.choice("device", DEVICES, "cpu")
     model = _read_model(top.table("model"))
     data_spec = _read_data(top.table("data"), model.kind)
@@ -552,6 +655,7 @@ def parse_scenario(data: Mapping[str, Any], where: str, default_name: str = "sce
     for i, raw in enumerate(raw_runs):
         rt = _Table(raw, f"runs[{i}]", where)
         run_name = rt.get("name", "str", f"run{i + 1}")
+        _check_name(run_name, where, rt.key("name"), 40)
         note = rt.get("note", "str", "")
         run_loop = _read_loop(rt, loop)
         run_opt = _read_optimizer(rt.table("optimizer"), optimizer) if rt.has("optimizer") else optimizer
@@ -566,7 +670,7 @@ def parse_scenario(data: Mapping[str, Any], where: str, default_name: str = "sce
     if top.has("lesson"):
         lesson = read_lesson(top.table("lesson"), names, functools.partial(_error, where))
     top.finish()
-    return Scenario(
+    scenario = Scenario(
         name=name,
         title=title,
         summary=summary,
@@ -578,38 +682,106 @@ def parse_scenario(data: Mapping[str, Any], where: str, default_name: str = "sce
         runs=tuple(runs),
         lesson=lesson,
     )
+    from gradviz.engine.memory import memory_problem
+
+    problem = memory_problem(scenario)
+    if problem is not None:
+        raise ScenarioError(f"{where}: {problem}.")
+    return scenario
 
 
 def loads_scenario(text: str, where: str, default_name: str = "scenario") -> Scenario:
     """Parse and validate scenario TOML text; ``where`` names it in messages."""
     try:
         data = tomllib.loads(text)
+        return parse_scenario(data, where, default_name)
     except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(f"{where}: not valid TOML: {exc}.") from None
-    return parse_scenario(data, where, default_name)
+        raise ScenarioError(f"{where}: not valid TOML: {one_line(str(exc), 300)}.") from None
+    except RecursionError:
+        raise ScenarioError(
+            f"{where}: values are nested too deeply to read (arrays or tables hundreds of levels "
+            "inside one another); allowed: a few levels, as in the examples."
+        ) from None
+    except ValueError as exc:  # tomllib's integers of more than 4,300 digits
+        if "integer string conversion" not in str(exc):
+            raise
+        raise ScenarioError(
+            f"{where}: not valid TOML for gradviz: a whole number has more than 4,300 digits; "
+            f"allowed: numbers such as seeds from 0 to {number_text(SEEDS.high)}."
+        ) from None
 
 
 MAX_FILE_BYTES = 1_000_000
+# Regular files only: a FIFO would block the read, a device (/dev/zero) never ends.
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_a_file(p: Path, mode: int) -> ScenarioError:
+    if stat.S_ISDIR(mode):
+        return ScenarioError(f"{shown_path(p)}: is a folder, not a scenario file.")
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return ScenarioError(f"{shown_path(p)}: is {kind}, not a scenario file; allowed: a .toml file.")
+
+
+def _read_bounded(p: Path) -> bytes:
+    """The bytes of a regular file, at most ``MAX_FILE_BYTES + 1`` of them, whatever it claims to hold.
+
+    The path is checked before it is opened and the opened file again (it may
+    have been swapped in between); opening with ``O_NONBLOCK`` makes even a
+    FIFO open at once instead of waiting for a writer.
+    """
+    mode = os.stat(p).st_mode
+    if not stat.S_ISREG(mode):
+        raise _not_a_file(p, mode)
+    extra = ("O_NONBLOCK", "O_CLOEXEC", "O_BINARY")  # not every system has each
+    fd = os.open(p, os.O_RDONLY | sum(getattr(os, name, 0) for name in extra))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_a_file(p, mode)
+        chunks: list[bytes] = []
+        left = MAX_FILE_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def load_scenario_file(path: str | Path) -> Scenario:
-    """Load a scenario from a TOML file, with messages that name the file."""
+    """Load a scenario from a TOML file, with messages that name the file.
+
+    Only a regular file of at most ``MAX_FILE_BYTES`` is read: a folder, a FIFO
+    or a device is refused before anything is read from it.
+    """
     p = Path(path)
+    shown = shown_path(p)
     try:
-        if p.stat().st_size > MAX_FILE_BYTES:
-            raise ScenarioError(f"{p}: the file is larger than 1 MB; a scenario is a short TOML file.")
-        raw = p.read_bytes()
+        raw = _read_bounded(p)
     except FileNotFoundError:
-        raise ScenarioError(f"{p}: no such file.") from None
+        raise ScenarioError(f"{shown}: no such file.") from None
     except IsADirectoryError:
-        raise ScenarioError(f"{p}: is a folder, not a scenario file.") from None
+        raise ScenarioError(f"{shown}: is a folder, not a scenario file.") from None
     except OSError as exc:
-        raise ScenarioError(f"{p}: cannot be read ({exc.strerror}).") from None
+        raise ScenarioError(f"{shown}: cannot be read ({exc.strerror or type(exc).__name__}).") from None
+    except ValueError:  # a path holding a NUL character
+        raise ScenarioError(f"{shown}: is not a path a file can have.") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ScenarioError(f"{shown}: the file is larger than 1 MB; a scenario is a short TOML file.")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ScenarioError(f"{p}: is not UTF-8 text; a scenario is a TOML file.") from None
-    return replace(loads_scenario(text, str(p), p.stem), path=p)
+        raise ScenarioError(f"{shown}: is not UTF-8 text; a scenario is a TOML file.") from None
+    return replace(loads_scenario(text, shown, p.stem), path=p)
 
 
 def builtin_names() -> list[str]:
@@ -625,7 +797,7 @@ def load_builtin(name: str) -> Scenario:
     names = builtin_names()
     if name not in names:
         raise ScenarioError(
-            f"There is no built-in scenario {name!r}; `gradviz list` shows them.{_close(name, names)}"
+            f"There is no built-in scenario {quoted(name)}; `gradviz list` shows them.{_close(name, names)}"
         )
     text = (resources.files("gradviz.engine") / "scenarios" / f"{name}.toml").read_text("utf-8")
     return loads_scenario(text, f"built-in scenario {name!r}", name)
@@ -636,9 +808,16 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     text = str(name_or_path)
     if text in builtin_names():
         return load_builtin(text)
-    if text.endswith(".toml") or "/" in text or Path(text).exists():
+    if text.endswith(".toml") or "/" in text or os.sep in text or _exists(text):
         return load_scenario_file(text)
     return load_builtin(text)
+
+
+def _exists(text: str) -> bool:
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):  # a name too long for a path, or one holding NUL
+        return False
 
 
 def dumps_scenario(scenario: Scenario) -> str:

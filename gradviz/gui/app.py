@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-from gradviz.gui.display import application, has_display
+from gradviz.gui.display import application, has_display, shows_windows
 from gradviz.gui.settings import settings
 from gradviz.gui.window import DEFAULT_SCENARIO, MainWindow
 
@@ -40,6 +41,36 @@ def launch(scenario_arg: str | None) -> tuple[QApplication, MainWindow]:
     return app, window
 
 
+def _refusal(source: str, thorough: bool) -> str | None:
+    """Why ``source`` cannot be opened, as one sentence, found before any window exists; None if it can.
+
+    A name that is neither a built-in scenario nor an existing path fails
+    without torch, so it is always checked. The rest (validation needs torch,
+    building the lab needs the model) is checked only when ``thorough``: where
+    no one would see the window (the offscreen platform), an error dialog
+    would wait forever, so the command says it on stderr instead. With a
+    display the window opens first and shows any error itself.
+    """
+    from gradviz.engine.errors import UserError
+    from gradviz.engine.scenario import builtin_names, load_scenario
+
+    try:
+        exists = os.path.exists(source)
+    except (OSError, ValueError):
+        exists = False
+    try:
+        if not thorough:
+            if source not in builtin_names() and not exists:
+                load_scenario(source)  # raises: no such file, or no such built-in scenario
+            return None
+        from gradviz.engine.lab import Lab
+
+        Lab(load_scenario(source), record="bare")
+    except UserError as exc:
+        return str(exc)
+    return None
+
+
 def run_app(scenario_arg: str) -> int:
     """Open the window on ``scenario_arg`` and run until it is closed; returns the exit status."""
     if not has_display():
@@ -47,6 +78,10 @@ def run_app(scenario_arg: str) -> int:
             "gradviz: there is no display to open a window on (DISPLAY and WAYLAND_DISPLAY are unset); "
             "use `gradviz snapshot SCENARIO -o out.png` or `gradviz export` to render without one.\n"
         )
+        return 2
+    problem = _refusal(scenario_arg, thorough=not shows_windows())
+    if problem is not None:
+        sys.stderr.write(f"gradviz: {problem}\n")
         return 2
     tune_malloc()
     app, window = launch(scenario_arg)

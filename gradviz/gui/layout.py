@@ -144,14 +144,14 @@ def views_for(lesson: Lesson | None, views: Iterable[str]) -> tuple[str, ...]:
 
 def parse_views(text: str) -> tuple[str, ...]:
     """Comma-separated view names, in the order given, without repeats; UserError for an unknown one."""
-    from gradviz.engine.errors import UserError
+    from gradviz.engine.errors import UserError, quoted
 
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
     if not names:
         raise UserError(f"--views needs at least one of {', '.join(VIEWS)}.")
     unknown = [n for n in names if n not in VIEWS]
     if unknown:
-        raise UserError(f"--views: unknown view {unknown[0]!r}; choose from {', '.join(VIEWS)}.")
+        raise UserError(f"--views: unknown view {quoted(unknown[0])}; choose from {', '.join(VIEWS)}.")
     return tuple(dict.fromkeys(names))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice
@@ -10,18 +9,10 @@ from PySide6.QtGui import QImage
 
 
 def check_writable(path: str | Path) -> Path:
-    """The output path, after checking its folder exists and can be written; UserError if not."""
-    from gradviz.engine.errors import UserError
+    """The output path, after checking a file can be made in its folder; UserError if not."""
+    from gradviz.export.outputs import check_output_file
 
-    p = Path(path)
-    folder = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise UserError(f"{p} is a folder; give a file name such as {p / 'gradviz.png'}.")
-    if not folder.is_dir():
-        raise UserError(f"The folder {folder} does not exist; create it or choose another output path.")
-    if not os.access(folder, os.W_OK):
-        raise UserError(f"The folder {folder} cannot be written; choose another output path.")
-    return p
+    return check_output_file(path)
 
 
 def png_bytes(image: QImage) -> bytes:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gradviz.gui.display import application, has_display
-from gradviz.gui.render import check_writable, save_png
+from gradviz.gui.render import save_png
 
 
 def write_snapshot(
@@ -24,7 +24,8 @@ def write_snapshot(
     output:
         The PNG file to write (replaced atomically).
     ops:
-        Ticks to perform before the picture (fewer if every run stops first).
+        Ticks to perform before the picture (fewer if every run stops first), 0 to
+        :data:`~gradviz.engine.scenario.SNAPSHOT_OPS`'s 10,000.
     size:
         Width and height of the window in pixels.
     presentation:
@@ -40,11 +41,14 @@ def write_snapshot(
     UserError
         For an unknown scenario, an invalid file, or an output path that cannot be written.
     """
-    from gradviz.engine.errors import UserError
+    from gradviz.engine.errors import UserError, quoted
+    from gradviz.engine.scenario import SNAPSHOT_OPS, check_bounds
+    from gradviz.export.outputs import check_output_file
     from gradviz.gui.controller import Controller
     from gradviz.gui.window import MainWindow
 
-    check_writable(output)
+    check_bounds(ops, SNAPSHOT_OPS, None, "--ops")  # the window's lab keeps every op
+    check_output_file(output)  # the same check as an export's, before any work
     if three_d and not has_display():
         raise UserError(
             "--3d draws with OpenGL, which needs a display; without one, run it under a virtual "
@@ -62,8 +66,8 @@ def write_snapshot(
         window.show()
         controller.open(scenario_arg)
         if controller.info is None:
-            raise UserError(window.last_error or f"The scenario {scenario_arg!r} could not be opened.")
-        for _ in range(max(ops, 0)):
+            raise UserError(window.last_error or f"The scenario {quoted(scenario_arg)} could not be opened.")
+        for _ in range(ops):
             if not controller.next_op():
                 break
         window.resize(*size)

@@ -49,7 +49,9 @@ def test_keys_of_another_model_kind_are_rejected(tmp_path):
 
 
 def test_negative_learning_rate_and_refused_hyperparameters(tmp_path):
-    assert "a learning rate of 0 or more" in _error("[optimizer]\nlr = -0.1\n", tmp_path)
+    assert "found -0.1; allowed: a learning rate from 0 to 1e6." in _error(
+        "[optimizer]\nlr = -0.1\n", tmp_path
+    )
     msg = _error("[optimizer]\nkind = 'SGD'\nnesterov = true\n", tmp_path)
     assert "torch.optim.SGD refuses it" in msg and "Nesterov" in msg
     assert "implementation" in _error("[optimizer]\nkind = 'Adam'\nfused = true\n", tmp_path)

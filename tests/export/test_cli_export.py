@@ -45,9 +45,9 @@ def test_export_writes_the_gif_and_prints_its_path(qapp, capsys, tmp_path: Path)
         (["-o", "{tmp}/a.gif", "--ops", "4", "--to", "9"], "--to 9 is past the end"),
         (["-o", "{tmp}/a.gif", "--views", "surface,grads,code,timeline", "--size", "640x480"], "too small"),
         (["-o", "{tmp}/a.gif", "--fps", "60"], "at most 50 frames per second"),
-        (["-o", "{tmp}/a.gif", "--fps", "0"], "--fps must be more than 0"),
+        (["-o", "{tmp}/a.gif", "--fps", "0"], "found 0.0; allowed: frames per second from 0.1 to 60"),
         (["-o", "{tmp}/a.gif", "--lr", "-1"], "lr"),
-        (["-o", "{tmp}/a.gif", "--size", "100x100"], "outside 320x240"),
+        (["-o", "{tmp}/a.gif", "--size", "100x100"], "allowed: a size from 320x240 to 7680x4320"),
         (["-o", "{tmp}/a.gif", "--ops", "2", "--iterations", "2"], "not allowed with"),
     ],
 )
@@ -65,7 +65,10 @@ def test_bad_input_is_one_sentence_and_status_2(qapp, capsys, tmp_path: Path, ar
 
 def test_unwritable_folder_is_one_sentence(qapp, capsys, tmp_path: Path, monkeypatch) -> None:
     # Root may write anywhere, so the folder's refusal is simulated.
-    monkeypatch.setattr("gradviz.export.outputs.os.access", lambda path, mode: False)
+    def refuse(folder: Path) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("gradviz.export.outputs._probe", refuse)
     for name in ("a.gif", "a.mp4"):
         code, _, err = _run(capsys, "export", "forgot-zero-grad", "-o", str(tmp_path / name), *SMALL)
         assert code == 2 and "cannot be written" in err and err.count("\n") == 1
