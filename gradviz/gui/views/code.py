@@ -10,7 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import QRect, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontDatabase, QPainter, QPaintEvent, QTextCharFormat, QTextFormat
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontDatabase,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QTextCharFormat,
+    QTextFormat,
+)
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -79,9 +88,10 @@ class CodeView(QWidget):
         self.ran: tuple[int, int] | None = None
         self.next_line: int | None = None
         self.toggles: list[tuple[int, QCheckBox]] = []
-        # Width of the column at the editor's right edge that holds the line checkboxes when
-        # one would not fit after its line's text (0 while every one fits inline).
+        # Width of the column at the editor's right edge that holds the line checkboxes that
+        # would not fit after their line's text (0 while every one fits inline), and those boxes.
         self.side_width = 0
+        self._aside: set[int] = set()
 
         self.title = QLabel("Code")
         self.title.setObjectName("panelTitle")
@@ -121,7 +131,16 @@ class CodeView(QWidget):
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
+        for _, box in self.toggles:
+            self._style_toggle(box)
         self._highlight()
+
+    def _style_toggle(self, box: QCheckBox) -> None:
+        # Fusion draws a checkbox's frame from the window colour: on the dark theme's dark
+        # window an unticked box all but vanishes, so frame it from the muted text colour.
+        pal = box.palette()
+        pal.setColor(QPalette.ColorRole.Window, QColor(self.theme.muted))
+        box.setPalette(pal)
 
     def set_point_size(self, size: float) -> None:
         """Type size of the code (presentation mode uses a large one)."""
@@ -226,6 +245,7 @@ class CodeView(QWidget):
                 box.toggled.connect(lambda on: self._emit("scale_loss", on))
                 self.toggles.append((row, box))
         for _, box in self.toggles:
+            self._style_toggle(box)
             box.setCursor(Qt.CursorShape.PointingHandCursor)
             box.setFocusPolicy(Qt.FocusPolicy.NoFocus)
             box.show()
@@ -288,21 +308,31 @@ class CodeView(QWidget):
         margin = int(self.editor.document().documentMargin())
         return margin + fm.horizontalAdvance(self.lines[row].text) + fm.horizontalAdvance("  ")
 
-    def _wanted_side_width(self) -> int:
-        """The right-hand column the line checkboxes need: none while each fits after its text."""
+    def _side_column(self) -> tuple[int, set[int]]:
+        """The right-hand column the line checkboxes need, and which go there (by ``id``).
+
+        A checkbox stays after its line's text where it fits; one that would run past
+        the panel's edge goes to the column, which narrows the text for every line, so
+        the others are checked again against what is left.
+        """
         boxes = [(row, box) for row, box in self.toggles if box.parent() is not self.gutter]
-        if not boxes:
-            return 0
         # The width the text would have without the column, so the answer does not depend on it.
         room = self.editor.viewport().width() + self.side_width
-        if all(self._inline_x(row) + box.sizeHint().width() + 2 <= room for row, box in boxes):
-            return 0
-        return max(box.sizeHint().width() for _, box in boxes) + 8
+        side, aside = 0, set[int]()
+        while True:
+            more = {
+                id(box)
+                for row, box in boxes
+                if id(box) not in aside and self._inline_x(row) + box.sizeHint().width() + 2 > room - side
+            }
+            if not more:
+                return side, aside
+            aside |= more
+            side = max(box.sizeHint().width() for _, box in boxes if id(box) in aside) + 8
 
     def _place_toggles(self) -> None:
-        side = self._wanted_side_width()
+        side, self._aside = self._side_column()
         if side != self.side_width:
-            # A checkbox would run past the panel's edge: all of them go to a column of their own.
             self.side_width = side
             self._layout_gutter()
         viewport = self.editor.viewport().geometry()  # in the editor's coordinates
@@ -318,7 +348,7 @@ class CodeView(QWidget):
                 box.move(self.gutter.width() - size.width() - 2, y)
                 box.setVisible(rect.bottom() >= 0 and rect.top() <= self.editor.viewport().height())
                 continue
-            if self.side_width:
+            if id(box) in self._aside:
                 x = viewport.right() + 1 + (self.side_width - size.width()) // 2
             else:
                 x = viewport.left() + self._inline_x(row) - scrolled
@@ -326,7 +356,8 @@ class CodeView(QWidget):
             box.setGeometry(x, top, size.width(), size.height())
             # Children of the editor are not clipped by the text area: show only whole ones inside it.
             inside = top >= viewport.top() and top + size.height() <= viewport.bottom() + 1
-            box.setVisible(inside and x >= viewport.left())
+            right = viewport.right() + 1 + self.side_width
+            box.setVisible(inside and x >= viewport.left() and x + size.width() <= right)
 
     def paint_gutter(self, gutter: QWidget, event: QPaintEvent) -> None:
         painter = QPainter(gutter)
