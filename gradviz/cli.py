@@ -421,6 +421,15 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from gradviz.export.interrupt import InterruptGuard
+
+    # Ctrl+C and kill wait for a safe point (between frames) from before Qt is first imported on:
+    # raised in Python code that Qt's C++ is running (a paint, PySide's own set-up), they crash it.
+    with InterruptGuard():
+        return _export(args)
+
+
+def _export(args: argparse.Namespace) -> int:
     from gradviz.engine.scenario import load_scenario
     from gradviz.export import check_output
     from gradviz.export.outputs import check_fps
@@ -496,8 +505,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader (say `| head`) went away: not an error of ours or theirs.
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:
+        # As a shell reports a command a signal ended: 130 for Ctrl+C, 143 for kill.
+        return int(getattr(exc, "exit_status", 130))
     except Exception as exc:
         sys.stderr.write(
             f"gradviz: internal error ({type(exc).__name__}: {one_line(str(exc), 500)}); "

@@ -587,6 +587,11 @@ def test_open_with_a_display_refuses_a_missing_name_before_the_window(capsys, mo
         ('[[runs]]\nname = "' + "r" * 41 + '"\n', "runs[0].name: found 'rrrr"),
         ('title = "two\\nlines"\n', "title: found 'two\\nlines'"),
         ("x = [" + "1," * 10 + "\n", "not valid TOML"),
+        (
+            "[loop]\norder = []\n",
+            "loop.order: found []; allowed: a list of one or more of 'zero_grad', 'forward'",
+        ),
+        ('name = "a\\u0000b"\n', "name: found 'a\\x00b'; allowed: 1 to 200 printable"),
     ],
 )
 def test_other_hostile_files(capsys, tmp_path, text, message):

@@ -578,6 +578,8 @@ def _check_optimizer(spec: OptimizerSpec, where: str, path: str) -> None:
 
 def _read_loop(t: _Table, base: LoopSpec) -> LoopSpec:
     order = t.get("order", "strs", base.order)
+    if not order:  # a loop of no ops has no iterations to step, show or export
+        raise _error(t.where, t.key("order"), [], f"a list of one or more of {', '.join(map(repr, OPS))}")
     for i, op in enumerate(order):
         if op not in OPS:
             raise _error(t.where, f"{t.key('order')}[{i}]", op, _one_of(OPS), _close(op, OPS))

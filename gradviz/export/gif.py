@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from gradviz.export.atomic import AtomicFile
+from gradviz.export.atomic import AtomicFile, remove_stale
 from gradviz.export.base import FrameWriter, Progress
 from gradviz.export.frames import FrameStore, check_frame
+from gradviz.export.interrupt import check_interrupt
 from gradviz.export.palette import RGB, PaletteMapper, build_palette, sample_indices
 
 # Browsers show GIF frames shorter than 2 centiseconds for 10: faster GIFs play slower.
@@ -58,6 +59,8 @@ class GifWriter(FrameWriter):
         self.fixed_colours = tuple(fixed_colours)
         self.store = FrameStore(size)
         self._file: AtomicFile | None = None
+        # Now rather than when the file is made at the end: a killed export's leftovers go at once.
+        remove_stale(path)
 
     def __len__(self) -> int:
         return len(self.store)
@@ -73,7 +76,9 @@ class GifWriter(FrameWriter):
         ----------
         progress:
             Called as ``progress(done, total)`` while frames are encoded; it may
-            raise to cancel, which leaves the previous file untouched.
+            raise to cancel, which leaves the previous file untouched. A Ctrl+C or
+            ``kill`` held by an :class:`~gradviz.export.interrupt.InterruptGuard`
+            stops it between two frames the same way.
         """
         count = len(self.store)
         if count == 0:
@@ -107,6 +112,8 @@ class GifWriter(FrameWriter):
 
     def _images(self, mapper: PaletteMapper, progress: Progress | None, total: int) -> Iterator[Image.Image]:
         for i, frame in enumerate(self.store.drain()):
+            # Pillow asks for the next frame between its writes: a safe point to stop at.
+            check_interrupt()
             yield mapper.image(frame)
             if progress is not None:
                 progress(i + 1, total)

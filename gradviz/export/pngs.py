@@ -10,6 +10,7 @@ from PIL import Image
 from gradviz.export.atomic import AtomicFolder
 from gradviz.export.base import FrameWriter, Progress
 from gradviz.export.frames import check_frame
+from gradviz.export.interrupt import check_interrupt
 
 
 class PngFolderWriter(FrameWriter):
@@ -37,6 +38,7 @@ class PngFolderWriter(FrameWriter):
 
     def add(self, frame: np.ndarray) -> None:
         """Write one ``(height, width, 3)`` uint8 RGB frame as the next numbered PNG."""
+        check_interrupt()
         self.count += 1
         image = Image.fromarray(check_frame(frame, self.size))
         image.save(self._folder.temp / f"frame-{self.count:0{self.digits}d}.png", compress_level=3)

@@ -26,6 +26,7 @@ from PySide6.QtGui import QFontMetrics, QImage, QPainter
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from gradviz.export.base import FrameWriter, Progress
+from gradviz.export.interrupt import check_interrupt
 from gradviz.export.palette import RGB, hex_rgb
 from gradviz.export.plan import FramePlan, plan_frames
 from gradviz.gui.display import frames_application
@@ -679,9 +680,11 @@ def export_animation(
     (path, frames)
         What was written and how many frames it holds.
     """
+    check_interrupt()  # a Ctrl+C during start-up stops here, before the lab is built
     job = ExportJob(scenario, output, style=style, fps=fps, frames=frames)
     try:
         while job.render_next():
+            check_interrupt()  # between frames, never inside a paint Qt is calling
             if progress is not None:
                 progress("render", job.done, job.total)
         encode = None if progress is None else (lambda done, total: progress("encode", done, total))
