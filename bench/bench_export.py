@@ -216,7 +216,7 @@ def run(folder: Path, repeats: int) -> None:
 
     from gradviz.gui.display import frames_application
 
-    frames_application(("surface",), "light", False)
+    frames_application(("surface",), "light", 10.0)
     data = trajectory(FRAMES)  # also pays torch's first-use costs for both sides
     out = {"gradviz": folder / "gradviz.gif", "caption": folder / "caption.gif", "mpl": folder / "mpl.gif"}
     gradviz_gif(out["gradviz"], False)  # warm-up: Qt's fonts and pyqtgraph's first draw

@@ -147,10 +147,11 @@ def application(offscreen: bool = False) -> QApplication:
     return app
 
 
-def frames_application(views: tuple[str, ...] | list[str], theme: str, presentation: bool) -> QApplication:
+def frames_application(views: tuple[str, ...] | list[str], theme: str, points: float) -> QApplication:
     """The QApplication for frames of ``views``: offscreen, or the display's own for 3-D views.
 
-    A new application is themed like the window (an existing one keeps its look).
+    A new application is themed like the window, with body text of ``points`` (an existing
+    one keeps its look).
 
     Raises
     ------
@@ -167,7 +168,7 @@ def frames_application(views: tuple[str, ...] | list[str], theme: str, presentat
     # OpenGL contexts exist only on the display's platform (xcb under Xvfb); offscreen crashes.
     app = application(offscreen="surface3d" not in views)
     if existing is None:
-        apply_theme(app, theme_named(theme), presentation)
+        apply_theme(app, theme_named(theme), points)
     return app
 
 

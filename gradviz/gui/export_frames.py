@@ -36,10 +36,10 @@ from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, PlaneSurface
 from gradviz.gui.theme import (
     BASE_POINT_SIZE,
     OP_COLORS,
-    PRESENTATION_POINT_SIZE,
     RUN_COLORS,
     Theme,
     palette,
+    presentation_points,
     style_sheet,
     theme_named,
 )
@@ -89,7 +89,7 @@ class FrameStyle:
 
     @property
     def point_size(self) -> float:
-        return float(PRESENTATION_POINT_SIZE if self.presentation else BASE_POINT_SIZE)
+        return presentation_points(self.size[1]) if self.presentation else float(BASE_POINT_SIZE)
 
 
 def caption_text(moment: Moment, run: str | None = None) -> str:
@@ -145,7 +145,7 @@ class ExportFrame(QWidget):
         self.theme = theme_named(style.theme)
         # Styled here rather than through the application, so an export made from a
         # window in presentation mode (or not) looks the same as one from the command line.
-        self.setStyleSheet(style_sheet(self.theme, style.presentation) + self._caption_rules())
+        self.setStyleSheet(style_sheet(self.theme, style.point_size) + self._caption_rules())
         self.setPalette(palette(self.theme))
         self.setAutoFillBackground(True)
         self.views: dict[str, Any] = {}
@@ -571,7 +571,7 @@ class ExportJob:
             )
         self.style = style
         self.fps = fps
-        frames_application(style.views, style.theme, style.presentation)
+        frames_application(style.views, style.theme, style.point_size)
         self.renderer = FrameRenderer(scenario, style)
         try:
             self.plan = plan_frames(

@@ -7,6 +7,7 @@ line style so that no figure depends on colour alone.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
@@ -23,7 +24,10 @@ OP_SYMBOLS = {"zero_grad": "x", "forward": "t1", "backward": "t", "step": "s"}
 OP_LETTERS = {"zero_grad": "Z", "forward": "F", "backward": "B", "step": "S"}
 
 BASE_POINT_SIZE = 10
-PRESENTATION_POINT_SIZE = 16
+# Presentation type: body text at least this share of the screen's height (18 px at 720p,
+# 27 px at 1080p), which reads from the back of a hall; never smaller than this many points.
+PRESENTATION_TYPE_SHARE = 0.025
+PRESENTATION_POINT_SIZE = 13.5
 
 
 def run_color(index: int) -> str:
@@ -140,13 +144,20 @@ def palette(theme: Theme) -> QPalette:
     return pal
 
 
-def style_sheet(theme: Theme, presentation: bool) -> str:
-    """The application style sheet: type sizes and the few custom-styled widgets."""
-    size = PRESENTATION_POINT_SIZE if presentation else BASE_POINT_SIZE
+def presentation_points(height: int, dpi: float = 96.0) -> float:
+    """Presentation mode's body type for a screen ``height`` pixels high, in points."""
+    pixels = math.ceil(PRESENTATION_TYPE_SHARE * height)
+    return max(PRESENTATION_POINT_SIZE, pixels * 72.0 / dpi)
+
+
+def style_sheet(theme: Theme, points: float = BASE_POINT_SIZE) -> str:
+    """The application style sheet: body text of ``points``, and the few custom-styled widgets."""
+    size = f"{points:g}"
+    big = f"{points + 2:g}"
     return f"""
 QWidget {{ font-size: {size}pt; }}
 QLabel#narration {{
-    font-size: {size + 2}pt; padding: 6px 10px; border-radius: 4px;
+    font-size: {big}pt; padding: 6px 10px; border-radius: 4px;
     background: {theme.base}; color: {theme.text}; border: 1px solid {theme.grid};
 }}
 QLabel#panelTitle {{ font-weight: bold; color: {theme.muted}; }}
@@ -162,8 +173,8 @@ QSplitter::handle {{ background: {theme.grid}; }}
 """
 
 
-def apply_theme(app: QApplication, theme: Theme, presentation: bool = False) -> None:
-    """Paint the whole application in ``theme``."""
+def apply_theme(app: QApplication, theme: Theme, points: float = BASE_POINT_SIZE) -> None:
+    """Paint the whole application in ``theme``, with body text of ``points``."""
     app.setStyle("Fusion")
     app.setPalette(palette(theme))
-    app.setStyleSheet(style_sheet(theme, presentation))
+    app.setStyleSheet(style_sheet(theme, points))

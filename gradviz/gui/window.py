@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence, QPaintEvent
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence, QPaintEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -42,9 +42,9 @@ from gradviz.gui.settings import read_list, settings
 from gradviz.gui.tape import LabInfo
 from gradviz.gui.theme import (
     BASE_POINT_SIZE,
-    PRESENTATION_POINT_SIZE,
     Theme,
     apply_theme,
+    presentation_points,
     run_color,
     run_glyph,
     theme_named,
@@ -83,6 +83,7 @@ class MainWindow(QMainWindow):
         self.controller = controller or Controller(threaded=True, parent=self)
         self.interactive = interactive
         self.presenting = False
+        self.points: float = BASE_POINT_SIZE  # body type: larger in presentation mode
         self.theme: Theme = theme_named("light")
         self.last_error: str | None = None
         self.restore: dict[str, tuple[str, ...]] = {}
@@ -300,6 +301,8 @@ class MainWindow(QMainWindow):
         self.scenario_bar.set_lab(info, self.code.run_name)
         self._show_chosen()
         self._share_left_column(info)
+        if self.presenting:
+            QTimer.singleShot(0, self.fit_presentation)
         self.setWindowTitle(f"gradviz: {info.scenario.title}")
         if self.interactive:
             key = str(info.scenario.path) if info.scenario.path else info.scenario.name
@@ -522,7 +525,7 @@ class MainWindow(QMainWindow):
         self.theme = theme_named(name)
         app = QApplication.instance()
         if isinstance(app, QApplication):
-            apply_theme(app, self.theme, self.presenting)
+            apply_theme(app, self.theme, self.points)
         for view in self.panels.values():
             view.set_theme(self.theme)  # type: ignore[attr-defined]
         self.surface3d.set_theme(self.theme)
@@ -551,23 +554,20 @@ class MainWindow(QMainWindow):
         self.act_present.blockSignals(True)
         self.act_present.setChecked(on)
         self.act_present.blockSignals(False)
+        if on:
+            self._normal_sizes = [sp.sizes() for sp in self._splitters()]
+        screen = self.screen().size().height() if full_screen and self.screen() else self.height()
+        self.points = presentation_points(screen) if on else BASE_POINT_SIZE
         app = QApplication.instance()
         if isinstance(app, QApplication):
-            apply_theme(app, self.theme, on)
+            apply_theme(app, self.theme, self.points)
         for w in (self.menuBar(), self.toolbar, self.scenario_bar, self.statusBar()):
             w.setVisible(not on)
         self._show_chosen()
-        if on:
-            self._normal_sizes = self.split.sizes()
-            half = max(self.split.width(), 2) // 2
-            self.split.setSizes([half, half])
-        elif hasattr(self, "_normal_sizes"):
-            self.split.setSizes(self._normal_sizes)
-        size = PRESENTATION_POINT_SIZE if on else BASE_POINT_SIZE
         for view in (*self.panels.values(), self.surface3d):
             if hasattr(view, "set_point_size"):
-                view.set_point_size(size)
-        self.grads.fit_columns()
+                view.set_point_size(self.points)
+        self.code.set_wrap(on)
         self._fix_narration_height()
         if full_screen:
             if on:
@@ -575,7 +575,44 @@ class MainWindow(QMainWindow):
                 self.showFullScreen()
             else:
                 self.showNormal()
+        if on:
+            self.fit_presentation()
+        elif hasattr(self, "_normal_sizes"):
+            QApplication.processEvents()  # the normal type's minimum sizes, before the sizes go back
+            for splitter, sizes in zip(self._splitters(), self._normal_sizes, strict=True):
+                splitter.setSizes(sizes)
+        self.grads.fit_columns()
         self.schedule_redraw()
+
+    def _splitters(self) -> list[QSplitter]:
+        return [self.split, *self.split.findChildren(QSplitter)]
+
+    def fit_presentation(self) -> None:
+        """Share the screen so the loop's every line and the lesson's rows are in view.
+
+        The code column is as wide as the loop's longest line (within limits that leave the
+        surface readable) and as tall as the loop; the .grad inspector takes the rest.
+        """
+        if not self.presenting:
+            return
+        QApplication.processEvents()  # the new type's metrics and the full-screen size
+        code_w, _ = self.code.loop_extent()
+        width = self.split.width()
+        if self.right.isVisible() and self.left.isVisible():
+            left = min(max(code_w, int(width * 0.4)), int(width * 0.62))
+            self.split.setSizes([left, width - left])
+            QApplication.processEvents()  # lines longer than the column wrap: measure them wrapped
+        _, code_h = self.code.loop_extent()
+        height = self.left.height()
+        if self.grads.isVisible() and self.code.isVisible():
+            code = min(max(code_h, int(height * 0.3)), int(height * 0.72))
+            self.left.setSizes([code, height - code])
+        self.code.show_loop()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self.presenting:
+            QTimer.singleShot(0, self.fit_presentation)
 
     def _presentation_panel(self, key: str, on: bool) -> None:
         chosen = [

@@ -51,8 +51,8 @@ def test_set_to_none_leads_with_offset_and_draws_a_plane_that_contains_it():
 
 def test_gan_detach_leads_with_the_generator_and_leaves_the_surface_out():
     lesson = load_builtin("gan-detach").lesson
-    Lab(load_builtin("gan-detach"))  # "G" and "D" name the modules, whose parameters lead together
-    assert lesson.params == ("G", "D")
+    Lab(load_builtin("gan-detach"))  # "G" names the module, whose parameters lead together
+    assert lesson.params == ("G",)
     assert lesson.surface == "none"
 
 

@@ -264,20 +264,26 @@ def _text_colours(label) -> list[QColor]:
 
 
 @pytest.mark.parametrize("theme", ["dark", "light"])
-def test_surface_legends_are_readable_after_a_theme_switch(open_window, qtbot, theme) -> None:
+def test_surface_key_is_readable_after_a_theme_switch(open_window, qtbot, theme) -> None:
     w = open_window("forgot-zero-grad")
     _step(qtbot, w, 4)
     w.set_theme("light" if theme == "dark" else "dark")
     w.set_theme(theme)  # switched while the lab is open, as Ctrl+T does
     settle(qtbot, w)
-    base = QColor(w.theme.base)
-    labels = [label for legend in (w.surface.legend, w.surface.arrow_legend) for _, label in legend.items]
-    assert len(labels) >= 5
-    for label in labels:
-        colours = _text_colours(label)
-        assert colours, label.text
-        for colour in colours:
-            assert _contrast(colour, base) >= 4.5, (theme, label.text, colour.name(), w.theme.base)
+    key = w.surface.key.text()
+    assert w.theme.muted in key and "yours" in key and "reference" in key
+    assert _contrast(QColor(w.theme.muted), QColor(w.theme.window)) >= 4.5
+
+
+def test_the_surface_key_sits_above_the_plot_and_covers_no_path(open_window, qtbot) -> None:
+    w = open_window("set-to-none")
+    _step(qtbot, w, 40)
+    surface = w.surface
+    assert surface.key.geometry().bottom() < surface.plot_widget.geometry().top()
+    # Micro-batches of one step accumulate by design: the key does not call them stale.
+    w2 = open_window("two-batch-accumulation")
+    assert "earlier micro-batches" in w2.surface.key.text() and "stale" not in w2.surface.key.text()
+    assert "stale .grad" in open_window("forgot-zero-grad").surface.key.text()
 
 
 def _shading_agrees_with_caption(w, caption: str) -> None:

@@ -7,6 +7,7 @@ on or off, ``set_to_none``, and the ``/ k`` scaling of accumulated losses.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from PySide6.QtCore import QRect, QSize, Qt, Signal
@@ -461,6 +462,46 @@ class CodeView(QWidget):
         fmt.setProperty(QTextFormat.Property.FullWidthSelection, True)
         sel.format = fmt
         return sel
+
+    def loop_rows(self) -> range:
+        """The panel's rows that hold the training loop: from its ``for`` line to the end."""
+        head = next((r for r, d in enumerate(self.lines) if d.text.startswith("for ")), 0)
+        return range(head, len(self.lines))
+
+    def loop_extent(self) -> tuple[int, int]:
+        """The width and height this panel needs to show every line of the loop, unscrolled.
+
+        Measured in the panel's current type, around its current title, note and gutter.
+        """
+        fm = self.editor.fontMetrics()
+        inline = {row: box.sizeHint().width() for row, box in self.toggles if box.parent() is not self.gutter}
+        rows = self.loop_rows()
+        margin = 2 * int(self.editor.document().documentMargin())
+        text = max((self._inline_x(r) + inline.get(r, 0) for r in rows), default=0) + margin
+        chrome_w = self.width() - self.editor.viewport().width() + self.side_width
+        chrome_h = self.height() - self.editor.viewport().height()
+        height = sum(self._row_height(r, fm.lineSpacing()) for r in rows)
+        return text + chrome_w, height + margin + chrome_h
+
+    def _row_height(self, row: int, line: int) -> int:
+        """Pixels ``row`` takes as laid out now: several lines where it wraps."""
+        block = self.editor.document().findBlockByNumber(row)
+        if not block.isValid():
+            return line
+        return max(math.ceil(self.editor.blockBoundingRect(block).height()), line)
+
+    def set_wrap(self, on: bool) -> None:
+        """Wrap lines longer than the panel (presentation mode) instead of scrolling sideways."""
+        mode = QPlainTextEdit.LineWrapMode.WidgetWidth if on else QPlainTextEdit.LineWrapMode.NoWrap
+        self.editor.setLineWrapMode(mode)
+
+    def show_loop(self) -> None:
+        """Scroll so the loop's first line is the first shown, and the lines start at the left."""
+        # The scroll bar counts lines as laid out: a wrapped line above the loop counts for each.
+        doc = self.editor.document()
+        lines = sum(max(doc.findBlockByNumber(r).lineCount(), 1) for r in range(self.loop_rows().start))
+        self.editor.verticalScrollBar().setValue(lines)
+        self.editor.horizontalScrollBar().setValue(0)
 
     def line_state(self) -> tuple[tuple[int, int] | None, int | None]:
         """(first, last) source lines highlighted as run, and the line marked next."""

@@ -87,8 +87,16 @@ def inspector_rows(info: LabInfo) -> list[Row]:
         members = (lead,) if lead in names else tuple(n for n in names if n.startswith(lead + "."))
         taken.update(members)
         rows += [Row(run, lead, members, True) for run in runs]
+    # Where a whole module leads, the other modules are collapsed the same way below it.
+    modules = any(r.group for r in rows)
     for run in runs:
-        rows += [Row(run, p, (p,), False) for p in info.run(run).names if p not in taken]
+        rest = [p for p in info.run(run).names if p not in taken]
+        if not modules:
+            rows += [Row(run, p, (p,), False) for p in rest]
+            continue
+        for module in dict.fromkeys(p.split(".")[0] for p in rest):
+            members = tuple(p for p in rest if p.split(".")[0] == module)
+            rows.append(Row(run, module, members, False))
     return rows
 
 
@@ -343,22 +351,70 @@ class GradsView(QWidget):
         if key == self._layout_key:
             return
         self._layout_key = key
-        widths = natural[:STATE]
-        over = sum(natural) - self.table.viewport().width()
-        for cols in ([NAME], range(NAME + 1, STATE)):  # names wrap first, then vectors narrow
-            room = sum(widths[c] - least[c] for c in cols)
-            if over <= 0 or room <= 0:
-                continue
-            take = min(over, room)
-            for c in cols:
-                widths[c] -= (widths[c] - least[c]) * take // room
-            over -= take
+        room = self.table.viewport().width()
+        hidden: list[int] = []
+        widths = self._widths(natural, least, room, hidden)
+        # Too narrow even so (presentation type in half a screen): leave out the columns
+        # the lesson does not lead with, last shown first, rather than cut one.
+        for col in self._droppable():
+            if widths is not None:
+                break
+            hidden.append(col)
+            widths = self._widths(natural, least, room, hidden)
+        if widths is None:
+            widths = self._widths(natural, least, 10**6, hidden) or natural
+        for col in range(len(COLUMNS)):
+            self.table.setColumnHidden(col, col in hidden)
         for col, width in enumerate(widths):
             self.table.setColumnWidth(col, width)
-        # The state column takes the rest, wherever the lesson placed it, wrapping at spaces.
-        rest = self.table.viewport().width() - sum(widths)
-        self.table.setColumnWidth(STATE, max(rest, self._widest_word(STATE)))
         self.table.resizeRowsToContents()
+
+    def _droppable(self) -> list[int]:
+        """Columns that may be left out when the table is too narrow: not the name, not .grad,
+        not what the lesson leads with; the last shown goes first."""
+        header = self.table.horizontalHeader()
+        lesson = self.info.scenario.lesson if self.info is not None else None
+        lead = {QUANTITY_COLUMNS[q] for q in (lesson.show if lesson else ()) if q in QUANTITY_COLUMNS}
+        order = [header.logicalIndex(v) for v in range(len(COLUMNS))]
+        return [c for c in reversed(order) if c not in (NAME, 2) and c not in lead]
+
+    def _widths(self, natural: list[int], least: list[int], room: int, hidden: list[int]) -> list[int] | None:
+        """Widths of every column that fit ``room`` with ``hidden`` left out; None when they cannot."""
+        shown = [c for c in range(len(COLUMNS)) if c not in hidden]
+        widths = [0 if c in hidden else natural[c] for c in range(len(COLUMNS))]
+        over = sum(widths) - room
+        middle = [c for c in shown if NAME < c < STATE]
+        for cols in ([NAME], middle):  # names wrap first, then vectors narrow
+            spare = sum(widths[c] - least[c] for c in cols)
+            if over <= 0 or spare <= 0:
+                continue
+            take = min(over, spare)
+            for c in cols:
+                widths[c] -= (widths[c] - least[c]) * take // spare
+            over -= take
+        state = self._widest_word(STATE) if STATE in shown else 0
+        if sum(widths[c] for c in shown if c != STATE) + state > room:
+            return None
+        # Room to spare goes to words in the number columns ("nothing (not in this graph)"),
+        # so they read on one line; the state keeps its own natural width.
+        spare = room - sum(widths[c] for c in shown if c != STATE) - (natural[STATE] if STATE in shown else 0)
+        for col in middle:
+            grow = min(max(self._words_width(col) - widths[col], 0), max(spare, 0))
+            widths[col] += grow
+            spare -= grow
+        if STATE in shown:
+            # The state takes the rest, wherever the lesson placed it, wrapping at spaces.
+            widths[STATE] = max(room - sum(widths[c] for c in shown if c != STATE), state)
+        return widths
+
+    def _words_width(self, col: int) -> int:
+        """The width the words (not numbers) of ``col`` take on one line."""
+        fm = self.table.fontMetrics()
+        texts = [self.table.item(r, col) for r in range(self.table.rowCount())]
+        return max(
+            (fm.horizontalAdvance(t.text()) + 12 for t in texts if t is not None and t.data(KIND) == "na"),
+            default=0,
+        )
 
     def _widest_word(self, col: int) -> int:
         """The width of the widest word in ``col``: less and a cell could not wrap to fit."""

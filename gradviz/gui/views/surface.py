@@ -186,19 +186,10 @@ class SurfaceView(QWidget):
         self.minimum = pg.ScatterPlotItem(size=12, symbol="+", pen=pg.mkPen("k", width=2))
         self.plot.addItem(self.minimum)
         # Legends are made by hand: PlotItem.addLegend would collect every named item itself.
-        self.legend = pg.LegendItem(offset=(8, 8))
-        self.legend.setParentItem(self.plot.getViewBox())
-        self.arrow_legend = pg.LegendItem(offset=(-8, 8))
-        self.arrow_legend.setParentItem(self.plot.getViewBox())
-        self.arrow_samples = {
-            "stale": pg.PlotDataItem(pen=pg.mkPen("#777", width=2, style=Qt.PenStyle.DotLine)),
-            "fresh": pg.PlotDataItem(pen=pg.mkPen("#777", width=2)),
-            "step": pg.PlotDataItem(pen=pg.mkPen("#777", width=4)),
-        }
-        # Legend entries only: the samples are never added to the plot itself.
-        self.arrow_legend.addItem(self.arrow_samples["stale"], "−lr × stale .grad")
-        self.arrow_legend.addItem(self.arrow_samples["fresh"], "−lr × this backward")
-        self.arrow_legend.addItem(self.arrow_samples["step"], "next step()")
+        # The key to runs and arrows sits above the plot, so it never covers a path or a marker.
+        self.key = QLabel("")
+        self.key.setObjectName("surfaceKey")
+        self.key.setWordWrap(True)
         self.placeholder = QLabel("")
         self.placeholder.setObjectName("placeholder")
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -236,6 +227,7 @@ class SurfaceView(QWidget):
         inner = QVBoxLayout(page)
         inner.setContentsMargins(0, 0, 0, 0)
         inner.addWidget(self.controls)
+        inner.addWidget(self.key)
         inner.addWidget(self.plot_widget, 1)
         inner.addWidget(self.caption)
         self.stack = QStackedLayout()
@@ -255,19 +247,7 @@ class SurfaceView(QWidget):
             axis.setPen(pg.mkPen(theme.muted))
             axis.setTextPen(pg.mkPen(theme.text))
         self.minimum.setPen(pg.mkPen(theme.text, width=2))
-        # See-through legends: a run's current point may lie under one and must stay visible.
-        backdrop = QColor(theme.base)
-        backdrop.setAlpha(150)
-        for legend in (self.legend, self.arrow_legend):
-            legend.setLabelTextColor(theme.text)
-            # pyqtgraph only records the colour for labels added later: draw the present ones again.
-            for _, label in legend.items:
-                label.setText(label.text, color=theme.text)
-            legend.setBrush(pg.mkBrush(backdrop))
-            legend.setPen(pg.mkPen(theme.grid))
-        for sample in self.arrow_samples.values():
-            pen = sample.opts["pen"]
-            sample.setPen(pg.mkPen(theme.muted, width=pen.width(), style=pen.style()))
+        self._set_key()
         for items in self.items:
             items.point.setPen(pg.mkPen(theme.base, width=2))
         self.curve.setPen(pg.mkPen(theme.muted, width=2))
@@ -277,6 +257,22 @@ class SurfaceView(QWidget):
             self._show_plane(self.plane_surface)
             self.caption.setText(self.plane_caption())
 
+    def _set_key(self) -> None:
+        """The key above the plot: each run's colour and marker, and what each arrow is."""
+        if self.info is None:
+            self.key.setText("")
+            return
+        runs = "&nbsp;&nbsp;".join(
+            f"<span style='color:{run_color(i)}'>{run_glyph(i)}&nbsp;{run.name}</span>"
+            for i, run in enumerate(self.info.runs)
+        )
+        loops = [r.spec.loop for r in self.info.runs]
+        # Micro-batches of one step accumulate by design: what is already there is not stale.
+        designed = all("zero_grad" in lp.order for lp in loops) and any(lp.accumulate > 1 for lp in loops)
+        earlier = "earlier micro-batches" if designed else "stale .grad"
+        arrows = f"arrows (−lr × gradient): ┈ {earlier} · ─ this backward · ━ next step()"
+        self.key.setText(f"{runs}&nbsp;&nbsp;<span style='color:{self.theme.muted}'>{arrows}</span>")
+
     def set_point_size(self, size: float) -> None:
         """Type size of axis labels and ticks."""
         font = QFont()
@@ -285,10 +281,6 @@ class SurfaceView(QWidget):
             axis = self.plot.getAxis(name)
             axis.setStyle(tickFont=font)
             axis.label.setFont(font)
-        for legend in (self.legend, self.arrow_legend):
-            legend.setLabelTextSize(f"{size * 0.85:g}pt")
-            for _, label in legend.items:
-                label.setText(label.text, size=f"{size * 0.85:g}pt")
         self._axis_labels()
 
     def _axis_labels(self) -> None:
@@ -321,7 +313,6 @@ class SurfaceView(QWidget):
                 self.plot.removeItem(item)
             for head in items.heads.values():
                 self.plot.removeItem(head)
-        self.legend.clear()
         self.items = []
         self.plane_surface = None
         self.grid_values = None
@@ -334,8 +325,8 @@ class SurfaceView(QWidget):
         for i, run in enumerate(info.runs):
             items = _RunItems(self.plot, i, run.name)
             items.point.setPen(pg.mkPen(self.theme.base, width=2))
-            self.legend.addItem(items.path, run.name)
             self.items.append(items)
+        self._set_key()
         lesson = info.scenario.lesson
         if lesson is not None and lesson.surface == "none":
             self._set_no_surface(lesson.point)

@@ -265,6 +265,8 @@ class TimelineView(QWidget):
 
     def _fit_legend(self) -> None:
         """Ask for the legend's wrapped height, so the plots above never run under its text."""
+        # A label's height for a width never goes below its minimum: measure without one.
+        self.legend.setMinimumHeight(0)
         height = self.legend.heightForWidth(self.legend.width()) if self.legend.width() > 0 else -1
         if height > 0:
             self.legend.setMinimumHeight(height)
@@ -330,6 +332,7 @@ class TimelineView(QWidget):
             label.setText(label.text, size=f"{size * 0.85:g}pt", color=self.theme.text)
             label.setFixedWidth(int(LABEL_WIDTH * size / 10))
         self._size_rows()
+        self._legend_text()  # its wrapped height in the new type
 
     def set_lab(self, info: LabInfo) -> None:
         """Curves for each run of the new lab; the distance row only with two or more runs."""
