@@ -383,3 +383,23 @@ def test_the_lessons_parameters_lead_the_grad_inspector_in_view(open_window, qtb
     assert bottom <= table.viewport().height(), "G's rows in view without scrolling at 1280x720"
     fresh = [w.grads.cell(run, "G", "+ backward").text() for run in ("no-detach", "detach", "no-grad")]
     assert fresh[0].startswith("‖") and fresh[1:] == ["nothing (not in this graph)"] * 2
+
+
+def test_zero_grad_myths_reads_out_lr_weights_and_memory_before_and_after_zero_grad(
+    open_window, qtbot
+) -> None:
+    w = open_window("zero-grad-myths")
+    for _ in range(5):  # one iteration, then the second iteration's zero_grad()
+        press(qtbot, w, RIGHT)
+    settle(qtbot, w)
+    assert w.grads.readout.isVisible()
+    text = w.grads.readout.text()
+    rec = w.controller.moment().op_record("set-to-none")
+    assert rec.op == "zero_grad" and all(g is None for g in rec.grads.values())
+    before = w.controller.moment().previous("set-to-none")
+    grad_bytes = before.snapshot.grad_flat.nbytes
+    assert f"lr {rec.lr['optimizer']:g} → {rec.lr['optimizer']:g}" in text
+    assert "weights unchanged" in text
+    assert f".grad {grad_bytes} B → 0 B" in text  # set_to_none drops the tensors
+    assert f".grad {grad_bytes} B → {grad_bytes} B" in text  # zeros keep them
+    assert not open_window("forgot-zero-grad").grads.readout.isVisible()

@@ -100,6 +100,58 @@ def inspector_rows(info: LabInfo) -> list[Row]:
     return rows
 
 
+def _bytes(n: int) -> str:
+    return f"{n:,} B" if n < 10_000 else f"{n / 1024:,.1f} KB"
+
+
+def _weights_norm(state: Any) -> float:
+    return _norm([v for v in state.params.values()])
+
+
+def readout_text(moment: Moment) -> str:
+    """Per run: lr, the weights' norm and the memory of parameters and ``.grad``, as PyTorch holds them.
+
+    At a ``zero_grad()`` each is given before and after the call, which is what the
+    myths about it get wrong: lr and the weights stay, only ``.grad`` changes.
+    """
+    lines = []
+    for i, run in enumerate(moment.info.runs):
+        now = moment.state(run.name)
+        if now is None:
+            continue
+        rec = moment.op_record(run.name)
+        before = moment.previous(run.name) if rec is not None else None
+        lr = ", ".join(fmt.number(v) for v in now.lr.values())
+        params, grads = _memory(now)
+        head = f"<span style='color:{run_color(i)}'>{run_glyph(i)} {run.name}</span>"
+        if rec is not None and rec.op == "zero_grad" and before is not None:
+            old_lr = ", ".join(fmt.number(v) for v in before.lr.values())
+            same = _weights_norm(before) == _weights_norm(now)
+            old_grads = _memory(before)[1]
+            lines.append(
+                f"{head} at {_call(moment, rec)}: lr {old_lr} → {lr} · weights "
+                f"{'unchanged' if same else 'changed'} · parameters {_bytes(params)} → {_bytes(params)}"
+                f" · .grad {_bytes(old_grads)} → {_bytes(grads)}"
+            )
+        else:
+            lines.append(
+                f"{head}: lr {lr} · ‖weights‖ {fmt.number(_weights_norm(now))} · parameters "
+                f"{_bytes(params)} · .grad {_bytes(grads)}"
+            )
+    return "<br>".join(lines)
+
+
+def _memory(state: Any) -> tuple[int, int]:
+    """Bytes of the parameters and of every ``.grad`` (none for a ``None``) in a record or snapshot."""
+    snap = getattr(state, "snapshot", state)
+    return int(snap.param_flat.nbytes), int(snap.grad_flat.nbytes)
+
+
+def _call(moment: Moment, rec: Any) -> str:
+    source = moment.info.run(rec.run).source.splitlines()
+    return source[rec.line - 1].strip() if 0 < rec.line <= len(source) else rec.op
+
+
 def column_order(info: LabInfo) -> list[int]:
     """The columns in the order shown: the name, the lesson's quantities, then the rest."""
     lesson = info.scenario.lesson
@@ -285,6 +337,12 @@ class GradsView(QWidget):
         box = QVBoxLayout(self)
         box.setContentsMargins(4, 4, 4, 4)
         box.addWidget(self.title)
+        # What a lesson about zero_grad() myths leads with: lr, the weights and the memory.
+        self.readout = QLabel("")
+        self.readout.setObjectName("readout")
+        self.readout.setWordWrap(True)
+        self.readout.setVisible(False)
+        box.addWidget(self.readout)
         box.addWidget(self.table, 1)
 
     def set_theme(self, theme: Theme) -> None:
@@ -499,6 +557,13 @@ class GradsView(QWidget):
         """Fill every row with the state of its run at ``moment``."""
         if self.info is None:
             return
+        lesson = self.info.scenario.lesson
+        shown = lesson is not None and (lesson.leads("lr") or lesson.leads("memory"))
+        self.readout.setVisible(shown)
+        if shown:
+            text = readout_text(moment)
+            if text != self.readout.text():
+                self.readout.setText(text)
         for run in self.info.runs:
             now = moment.state(run.name)
             if now is None:
