@@ -20,6 +20,7 @@ from gradviz.engine.errors import UserError
 from gradviz.export.atomic import AtomicFile
 from gradviz.export.base import FrameWriter, Progress
 from gradviz.export.frames import check_frame
+from gradviz.export.interrupt import check_interrupt
 
 if TYPE_CHECKING:
     from av.container import OutputContainer
@@ -245,12 +246,19 @@ class VideoWriter(FrameWriter):
         return np.pad(frame, ((0, vh - h), (0, vw - w), (0, 0)), mode="edge")
 
     def add(self, frame: np.ndarray) -> None:
-        """Encode one ``(height, width, 3)`` uint8 RGB frame."""
+        """Encode one ``(height, width, 3)`` uint8 RGB frame.
+
+        Raises
+        ------
+        Interrupted
+            When a signal came during the export (the partial file is removed first).
+        """
         import av
         from av.video.reformatter import Colorspace
 
         rgb = self._frame(check_frame(frame, self.size))
         try:
+            check_interrupt()  # a safe point: between two frames, outside any Qt call
             picture = av.VideoFrame.from_ndarray(rgb, format="rgb24")
             # By name: PyAV before 15 takes the matrix only as a string.
             matrix = Colorspace(self.encoder.matrix).name
@@ -262,23 +270,42 @@ class VideoWriter(FrameWriter):
         except (av.FFmpegError, OSError) as exc:
             self.abort()
             raise self._failure(exc) from None
+        except BaseException:
+            # Interrupted (a KeyboardInterrupt) and anything else: no partial file stays behind.
+            self.abort()
+            raise
         self.count += 1
 
     def commit(self, progress: Progress | None = None) -> Path:
-        """Encode the frames the encoder still holds, finish the file and put it in place."""
+        """Encode the frames the encoder still holds, finish the file and put it in place.
+
+        Raises
+        ------
+        Interrupted
+            When a signal came during the export; the previous file stays and no temporary is left.
+        """
         import av
 
         if self.count == 0:
             raise ValueError("no frames to write")
         try:
             for packet in self._stream.encode(None):
+                check_interrupt()  # between encoder writes, before the final rename
                 self._container.mux(packet)
+            check_interrupt()
             self._container.close()
             self._closed = True
         except (av.FFmpegError, OSError) as exc:
             self.abort()
             raise self._failure(exc) from None
-        return self._file.commit()
+        except BaseException:
+            self.abort()
+            raise
+        try:
+            return self._file.commit()  # checks for a signal once more, then renames
+        except BaseException:
+            self.abort()
+            raise
 
     def abort(self) -> None:
         """Stop encoding and remove the partial file; an existing video stays as it was."""

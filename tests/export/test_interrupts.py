@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gradviz.export import GifWriter, PngFolderWriter
+from gradviz.export import GifWriter, PngFolderWriter, VideoWriter
 from gradviz.export.atomic import AtomicFile, AtomicFolder, remove_stale, stale_temporaries
 from gradviz.export.interrupt import Interrupted, InterruptGuard, check_interrupt, shielded
 from tests.export.conftest import leftovers
@@ -138,6 +138,30 @@ def test_writers_stop_at_their_safe_points_and_leave_nothing(tmp_path: Path) -> 
             folder.add(f)
     assert len(folder) == 3 and not pngs.exists()
     assert leftovers(tmp_path) == []
+
+
+@posix_only
+@pytest.mark.parametrize("suffix", [".mp4", ".webm"])
+def test_video_stops_between_frames_and_before_its_rename(tmp_path: Path, suffix: str) -> None:
+    video = tmp_path / f"a{suffix}"
+    video.write_bytes(PREVIOUS)
+    # A signal between two frames: add() stops at its top, the encoder's temporary goes.
+    with pytest.raises(Interrupted), InterruptGuard(), VideoWriter(video, (64, 48), fps=8) as writer:
+        for i, f in enumerate(frames(5)):
+            if i == 3:
+                signal.raise_signal(signal.SIGINT)
+            writer.add(f)
+    assert len(writer) == 3 and video.read_bytes() == PREVIOUS
+    assert leftovers(tmp_path) == []
+    # A signal after the last frame: commit() stops while it flushes, before the rename.
+    writer = VideoWriter(video, (64, 48), fps=8)
+    for f in frames(5):
+        writer.add(f)
+    with pytest.raises(Interrupted) as caught, InterruptGuard():
+        signal.raise_signal(signal.SIGTERM)
+        writer.commit()
+    assert caught.value.exit_status == 143
+    assert video.read_bytes() == PREVIOUS and leftovers(tmp_path) == []
 
 
 @posix_only
