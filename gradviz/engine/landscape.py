@@ -799,20 +799,8 @@ def evaluate(
     lab, run_name, plane:
         What to evaluate where (see :func:`point_loss`, which also takes
         ``method``, ``phase``, ``iteration`` and ``chunk_bytes``).
-    n:
-        Points per axis.
-    extent:
-        ``((x0, x1), (y0, y1))`` in plane coordinates, or ``r`` for ``((-r, r), (-r, r))``.
-    progressive:
-        Yield a ``coarse`` x ``coarse`` grid over the same extent first. When
-        ``coarse - 1`` divides ``n - 1`` its points are part of the full grid and
-        are not evaluated twice.
-    coarse:
-        Points per axis of the preview; by default the largest of 21, 11 and 6
-        whose cost stays near 0.1 s (:func:`coarse_size`).
-    cancelled:
-        Checked between chunks of points; once true the iterator ends without
-        yielding the rest.
+    n, extent, progressive, coarse, cancelled:
+        As for :func:`evaluate_grid`.
     threads:
         Intra-op threads for the evaluation, restored afterwards (process-wide in
         PyTorch; 2 help surfaces while nothing else runs). ``None``
@@ -831,32 +819,82 @@ def evaluate(
         loss = point_loss(
             lab, run_name, plane, method=method, phase=phase, iteration=iteration, chunk_bytes=chunk_bytes
         )
-        xs, ys = _axes(n, extent)
-        Z = np.full((n, n), np.nan)
-        todo = np.ones((n, n), dtype=bool)
-        coarse = coarse or coarse_size(loss)
-        if progressive and 1 < coarse < n:
-            stride = (n - 1) // (coarse - 1)
-            exact = stride * (coarse - 1) == n - 1
-            cx, cy = (
-                (xs[::stride], ys[::stride]) if exact else _axes(coarse, ((xs[0], xs[-1]), (ys[0], ys[-1])))
-            )
-            cz = loss(_points(cx, cy), cancelled)
-            if cz is None:
-                return
-            cz = cz.reshape(coarse, coarse)
-            yield Grid(cx, cy, cz, plane.labels, time.perf_counter() - t0, False, loss.method)
-            if exact:
-                Z[::stride, ::stride] = cz
-                todo[::stride, ::stride] = False
-        rest = loss(_points(xs, ys)[todo.ravel()], cancelled)
-        if rest is None:
-            return
-        Z[todo] = rest
-        yield Grid(xs, ys, Z, plane.labels, time.perf_counter() - t0, True, loss.method)
+        yield from evaluate_grid(
+            loss, plane.labels, n, extent, progressive=progressive, coarse=coarse, cancelled=cancelled, t0=t0
+        )
     finally:
         if threads is not None:
             torch.set_num_threads(before)
+
+
+def evaluate_grid(
+    loss: PointLoss,
+    labels: tuple[str, str],
+    n: int,
+    extent: float | Extent,
+    *,
+    progressive: bool = False,
+    coarse: int | None = None,
+    cancelled: Callable[[], bool] = _never,
+    curve: bool = False,
+    t0: float | None = None,
+) -> Iterator[Grid]:
+    """The loss ``loss`` gives on a grid: the one evaluation of a surface, in the window and here.
+
+    Parameters
+    ----------
+    loss, labels:
+        The evaluator (see :func:`point_loss`) and the plane's axis labels.
+    n:
+        Points per axis.
+    extent:
+        ``((x0, x1), (y0, y1))`` in plane coordinates, or ``r`` for ``((-r, r), (-r, r))``.
+    progressive:
+        Yield a ``coarse`` x ``coarse`` grid over the same extent first. When
+        ``coarse - 1`` divides ``n - 1`` its points are part of the full grid and
+        are not evaluated twice.
+    coarse:
+        Points per axis of the preview; by default the largest of 21, 11 and 6
+        whose cost stays near 0.1 s (:func:`coarse_size`).
+    cancelled:
+        Checked between chunks of points; once true the iterator ends without
+        yielding the rest.
+    curve:
+        A loss curve (one parameter): ``n`` points along the first axis at the
+        extent's lowest second coordinate.
+
+    Yields
+    ------
+    Grid
+        The coarse grid (``final=False``, progressive only), then the full grid.
+    """
+    t0 = time.perf_counter() if t0 is None else t0
+    xs, ys = _axes(n, extent)
+    if curve:
+        ys = ys[:1]
+    Z = np.full((len(xs), len(ys)), np.nan)
+    todo = np.ones(Z.shape, dtype=bool)
+    coarse = coarse or coarse_size(loss)
+    if progressive and 1 < coarse < n:
+        stride = (n - 1) // (coarse - 1)
+        exact = stride * (coarse - 1) == n - 1
+        cx, cy = (xs[::stride], ys[::stride]) if exact else _axes(coarse, ((xs[0], xs[-1]), (ys[0], ys[-1])))
+        if curve:
+            cy = ys[:1]
+        cz = loss(_points(cx, cy), cancelled)
+        if cz is None:
+            return
+        cz = cz.reshape(len(cx), len(cy))
+        yield Grid(cx, cy, cz, labels, time.perf_counter() - t0, False, loss.method)
+        if exact:
+            across = 1 if curve else stride
+            Z[::stride, ::across] = cz
+            todo[::stride, ::across] = False
+    rest = loss(_points(xs, ys)[todo.ravel()], cancelled)
+    if rest is None:
+        return
+    Z[todo] = rest
+    yield Grid(xs, ys, Z, labels, time.perf_counter() - t0, True, loss.method)
 
 
 # ----------------------------------------------------------------- colour

@@ -13,7 +13,6 @@ on while a surface is computed.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,6 +33,8 @@ Extent = tuple[tuple[float, float], tuple[float, float]]
 # Grid points per axis: the evaluated surface, and the loss curve of a one-parameter model.
 PLANE_POINTS = {"closed-form": 101, "matmul": 101, "vmap": 61}
 CURVE_POINTS = 401
+# The loss curve's preview: every tenth of its points, part of the full curve.
+CURVE_COARSE = 41
 # Li et al. draw filter-normalised planes over [-1, 1]: a step of the weights' own size.
 RANDOM_HALF_WIDTH = 1.0
 
@@ -177,33 +178,31 @@ def plan_job(lab: Lab, request: PlaneRequest, fallback: str) -> PlaneJob:
 
 def evaluate_job(job: PlaneJob, cancelled: Callable[[], bool]) -> Iterator[PlaneSurface]:
     """The loss over the job's grid: a coarse grid first, then the full one; stops when cancelled."""
-    from gradviz.engine.landscape import coarse_size
+    from gradviz.engine.landscape import evaluate_grid
 
-    t0 = time.perf_counter()
-    (x0, x1), (y0, y1) = job.extent
     curve = job.kind == "curve"
-    full = job.n
-    coarse = 41 if curve else coarse_size(job.loss)
-    for n, final in ((coarse, False), (full, True)):
-        if n >= full and not final:
-            continue
-        xs = np.linspace(x0, x1, n)
-        ys = np.array([0.0]) if curve else np.linspace(y0, y1, n)
-        gx, gy = np.meshgrid(xs, ys, indexing="ij")
-        z = job.loss(np.stack([gx.ravel(), gy.ravel()], axis=1), cancelled)
-        if z is None:
-            return
+    grids = evaluate_grid(
+        job.loss,
+        job.plane.labels,
+        job.n,
+        job.extent,
+        progressive=True,
+        coarse=CURVE_COARSE if curve else None,
+        cancelled=cancelled,
+        curve=curve,
+    )
+    for grid in grids:
         yield PlaneSurface(
             kind=job.kind,
             plane=job.plane,
-            xs=xs,
-            ys=ys,
-            Z=z.reshape(len(xs), len(ys)),
-            final=final,
+            xs=grid.xs,
+            ys=grid.ys,
+            Z=grid.Z,
+            final=grid.final,
             note=job.note,
             loss_name=job.loss_name,
-            elapsed=time.perf_counter() - t0,
-            method=job.loss.method,
+            elapsed=grid.elapsed,
+            method=grid.method,
         )
 
 

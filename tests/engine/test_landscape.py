@@ -344,3 +344,18 @@ def test_colour_helpers_survive_divergence():
         (-1.0, 3.0),
         (1 - 1e-3, 1 + 1e-3),
     )
+
+
+def test_a_loss_curve_is_one_evaluation_with_its_preview_a_part_of_it():
+    lab = builtin_lab("two-batch-accumulation")
+    layout = lab.runs[0].layout
+    plane = L.Plane("curve", layout, np.zeros(1), np.array([[1.0], [0.0]]), ("weight", ""))
+    loss = L.point_loss(lab, "yours", plane)
+    coarse, full = L.evaluate_grid(
+        loss, plane.labels, 401, ((-1.0, 3.0), (0.0, 0.0)), progressive=True, coarse=41, curve=True
+    )
+    assert (coarse.Z.shape, full.Z.shape) == ((41, 1), (401, 1))
+    np.testing.assert_array_equal(full.Z[::10], coarse.Z)
+    # The real loss of the two-batch example, (w*x - 2x)^2 / 2 averaged over x = 4 and 2.
+    w = full.xs
+    np.testing.assert_allclose(full.Z[:, 0], ((w - 2) ** 2 * (16 + 4) / 2) / 2, rtol=1e-6)
