@@ -377,7 +377,13 @@ def cmd_trace(args: argparse.Namespace) -> int:
         {
             "type": "end",
             "runs": {
-                r.name: {"status": r.status, "error": r.error, "loss": _finite(r.last_loss)} for r in lab.runs
+                # A run still going when the iterations ran out has finished them all.
+                r.name: {
+                    "status": "finished" if r.status == "running" else r.status,
+                    "error": r.error,
+                    "loss": _finite(r.last_loss),
+                }
+                for r in lab.runs
             },
         },
     )

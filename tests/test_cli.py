@@ -63,7 +63,7 @@ def test_trace_writes_strict_json_lines(capsys):
     assert "fresh_grads" not in ops[5]
     assert ops[5]["params"]["weight"][0][0] == pytest.approx(1.2)
     assert ops[5]["lr"] == {"optimizer": 0.01}
-    assert end == {"type": "end", "runs": {"yours": {"status": "running", "error": None, "loss": 2.0}}}
+    assert end == {"type": "end", "runs": {"yours": {"status": "finished", "error": None, "loss": 2.0}}}
 
 
 def test_trace_options(capsys):
