@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     o = sub.add_parser("open", help="open the app on a scenario (the default without a command)")
     o.add_argument("scenario", nargs="?", default=DEFAULT_SCENARIO, help="built-in name or TOML file")
+    o.add_argument(
+        "--lesson", action="store_true", help="start the scenario's lesson: its stops, questions and answers"
+    )
 
     sub.add_parser("list", help="list the built-in scenarios")
 
@@ -408,7 +411,7 @@ def _stop_sentence(rec: Any) -> str:
 def cmd_open(args: argparse.Namespace) -> int:
     from gradviz.gui.app import run_app
 
-    return run_app(args.scenario)
+    return run_app(args.scenario, lesson=args.lesson)
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:

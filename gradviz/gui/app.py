@@ -27,15 +27,18 @@ def tune_malloc() -> None:
     libc.mallopt(m_mmap_threshold, 32 << 20)
 
 
-def launch(scenario_arg: str | None) -> tuple[QApplication, MainWindow]:
+def launch(scenario_arg: str | None, lesson: bool = False) -> tuple[QApplication, MainWindow]:
     """Create the application and show the window; the scenario loads once the event loop runs.
 
-    ``None`` opens the scenario of the last session (the default one the first time).
+    ``None`` opens the scenario of the last session (the default one the first time);
+    with ``lesson`` its lesson starts as soon as the lab is built.
     """
     app = application()
     window = MainWindow()
     window.show()
     source = scenario_arg or str(settings().value("last_scenario", DEFAULT_SCENARIO))
+    if lesson:
+        window.start_lesson_when_built()
     # torch is imported by the worker thread when it builds the lab, after the window is up.
     QTimer.singleShot(0, lambda: window.open_scenario(source))
     return app, window
@@ -71,7 +74,7 @@ def _refusal(source: str, thorough: bool) -> str | None:
     return None
 
 
-def run_app(scenario_arg: str) -> int:
+def run_app(scenario_arg: str, lesson: bool = False) -> int:
     """Open the window on ``scenario_arg`` and run until it is closed; returns the exit status."""
     if not has_display():
         sys.stderr.write(
@@ -84,7 +87,7 @@ def run_app(scenario_arg: str) -> int:
         sys.stderr.write(f"gradviz: {problem}\n")
         return 2
     tune_malloc()
-    app, window = launch(scenario_arg)
+    app, window = launch(scenario_arg, lesson)
     code = app.exec()
     window.controller.shutdown()
     return int(code)

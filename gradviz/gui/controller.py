@@ -42,6 +42,7 @@ class Controller(QObject):
     plane_ready = Signal(object)
     plane_failed = Signal(str)
     plane_busy = Signal(bool)
+    revealed = Signal(object)
 
     _build = Signal(object, int, int, object)
     _step = Signal(int, int)
@@ -49,6 +50,7 @@ class Controller(QObject):
     _fetch = Signal(object, int)
     _plan = Signal(object, int, int, str)
     _evaluate = Signal(object, int)
+    _reveal = Signal(object, int)
 
     def __init__(self, threaded: bool = True, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -83,6 +85,9 @@ class Controller(QObject):
         self.worker.was_reset.connect(self._on_reset)
         self.worker.fetched.connect(self._on_fetched)
         self.worker.failed.connect(self._on_failed)
+        self._reveal.connect(self.worker.reveal)
+        self.worker.revealed.connect(self._on_revealed)
+        self._play_until: int | None = None
 
         self.info: LabInfo | None = None
         self.tape: Tape | None = None
@@ -198,8 +203,14 @@ class Controller(QObject):
     def _move(self, tick: int) -> None:
         if tick != self.cursor:
             self.cursor = tick
+            self._stop_where_asked()
             self.changed.emit()
             self._fetch_missing()
+
+    def _stop_where_asked(self) -> None:
+        """Pause on arriving where :meth:`play_until` was asked to go."""
+        if self.playing and self._play_until is not None and self.cursor >= self._play_until:
+            self.pause()
 
     def next_op(self) -> bool:
         """Show the next op: from history after scrubbing back, else perform it. False if busy."""
@@ -269,6 +280,7 @@ class Controller(QObject):
         self.tape.extend(result)
         self.cursor = self.tape.last_tick
         self._set_busy(False)
+        self._stop_where_asked()
         self.changed.emit()
         if self.playing:
             if not self._can_step_on():
@@ -310,7 +322,23 @@ class Controller(QObject):
         self._last_play_step = 0.0
         self._play_next()
 
+    def play_until(self, tick: int) -> None:
+        """Play (at the set speed) until the moment after ``tick``; a lesson moves between stops so."""
+        if self.tape is None or self.cursor >= tick:
+            return
+        self._play_until = tick
+        self.play()
+
+    def request_reveal(self, stop: int, answers: list[Any]) -> None:
+        """Ask the lab for the reveals of stop ``stop``'s questions; :attr:`revealed` brings them."""
+        self._reveal.emit((stop, list(answers)), self.generation)
+
+    def _on_revealed(self, result: Any, generation: int) -> None:
+        if generation == self.generation:
+            self.revealed.emit(result)
+
     def pause(self) -> None:
+        self._play_until = None
         if not self.playing:
             return
         self.playing = False
@@ -333,7 +361,7 @@ class Controller(QObject):
     def _play_next(self) -> None:
         if not self.playing or self.tape is None:
             return
-        if self.finished:
+        if self.finished or (self._play_until is not None and self.cursor >= self._play_until):
             self.pause()
             return
         self._last_play_step = time.perf_counter()

@@ -60,6 +60,8 @@ class LabInfo:
     full_records: bool
     initial: Mapping[str, Snapshot]
     parameter_count: int
+    # The lesson's stops on the lab's ticks (gradviz.engine.quiz.PlacedStop), in time order.
+    stops: tuple[Any, ...] = ()
 
     def run_index(self, name: str) -> int:
         return next(i for i, r in enumerate(self.runs) if r.name == name)
@@ -76,6 +78,7 @@ def describe_lab(lab: Lab, restore: Mapping[str, tuple[str, ...]] | None = None)
     """
     from gradviz.engine.devices import device_status
     from gradviz.engine.lab import parameter_count
+    from gradviz.engine.quiz import resolve_stops
     from gradviz.engine.surface import surface_model
 
     restore = restore or {}
@@ -104,6 +107,7 @@ def describe_lab(lab: Lab, restore: Mapping[str, tuple[str, ...]] | None = None)
         full_records=lab.mode == "full",
         initial={r.name: lab.initial(r.name) for r in lab.runs},
         parameter_count=parameter_count(lab),
+        stops=resolve_stops(lab) if lab.scenario.lesson is not None else (),
     )
 
 

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
     QFileDialog,
+    QHBoxLayout,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -37,6 +38,7 @@ from gradviz.gui.layout import (
     position_text,
     views_for,
 )
+from gradviz.gui.lesson_panel import LessonPanel, LessonRunner
 from gradviz.gui.narration import narrate
 from gradviz.gui.settings import read_list, settings
 from gradviz.gui.tape import LabInfo
@@ -125,7 +127,15 @@ class MainWindow(QMainWindow):
         box.setSpacing(4)
         box.addWidget(self.scenario_bar)
         box.addWidget(self.narration)
-        box.addWidget(self.split, 1)
+        # A lesson's stop and questions stand beside the views, which keep their own layout.
+        self.lesson_panel = LessonPanel()
+        self.lesson_panel.hide()
+        self.lesson = LessonRunner(self.controller, self.lesson_panel)
+        beside = QHBoxLayout()
+        beside.setSpacing(6)
+        beside.addWidget(self.split, 3)
+        beside.addWidget(self.lesson_panel, 1)
+        box.addLayout(beside, 1)
         self.setCentralWidget(central)
         self.status = QLabel("")
         self.status.setObjectName("status")
@@ -157,12 +167,28 @@ class MainWindow(QMainWindow):
 
     def _make_actions(self) -> None:
         c = self.controller
-        self.act_next = self._action("Next op", ("Right", "PgDown"), c.next_op, "Perform or show the next op")
+        self.act_next = self._action(
+            "Next op", ("Right", "PgDown"), self._next, "Perform or show the next op"
+        )
         self.act_iter = self._action(
             "Next iteration", ("Shift+Right",), c.next_iteration, "To the end of the iteration"
         )
-        self.act_prev = self._action("Previous op", ("Left", "PgUp"), c.prev_op, "Show the op before")
-        self.act_play = self._action("Play", ("Space", "B"), c.toggle_play, "Play or pause")
+        self.act_prev = self._action("Previous op", ("Left", "PgUp"), self._previous, "Show the op before")
+        self.act_play = self._action("Play", ("Space",), c.toggle_play, "Play or pause")
+        # A clicker's third key: play, or in a lesson the next stop (choice b while one is asked).
+        self.act_blank = self._action("Play or next stop", ("B",), self._blank_key)
+        self.act_lesson = self._action(
+            "Lesson", ("Ctrl+L",), self.toggle_lesson, "Stop by stop: predict, then see what PyTorch did"
+        )
+        self.act_lesson.setCheckable(True)
+        # Enabled only during a lesson: elsewhere Enter and the letters belong to the fields.
+        self.lesson_keys = [self._action("Reveal the answer", ("Return", "Enter"), self.lesson.reveal)]
+        for i, keys in enumerate((("1", "A"), ("2",), ("3", "C"), ("4", "D"), ("5", "E"))):
+            self.lesson_keys.append(
+                self._action(f"Choice {i + 1}", keys, lambda _=False, i=i: self.lesson.choose(i))
+            )
+        for act in self.lesson_keys:
+            act.setEnabled(False)
         self.act_reset = self._action(
             "Reset", ("R",), c.reset, "Back to the start: same weights, same batches"
         )
@@ -238,6 +264,8 @@ class MainWindow(QMainWindow):
         r = menu.addMenu("&Run")
         for act in (self.act_next, self.act_iter, self.act_prev, self.act_play, self.act_reset):
             r.addAction(act)
+        r.addSeparator()
+        r.addAction(self.act_lesson)
         v = menu.addMenu("&View")
         for act in self.act_panels.values():
             v.addAction(act)
@@ -299,6 +327,8 @@ class MainWindow(QMainWindow):
         self.grads.set_lab(info)
         self.timeline.set_lab(info)
         self.scenario_bar.set_lab(info, self.code.run_name)
+        if self.lesson.active:  # the stops were the old lab's
+            self.set_lesson(False)
         self._show_chosen()
         self._share_left_column(info)
         if self.presenting:
@@ -448,6 +478,52 @@ class MainWindow(QMainWindow):
         AboutDialog(self).exec()
 
     # -------------------------------------------------------------- moving
+    def _next(self) -> None:
+        if self.lesson.active:
+            self.lesson.next()
+        else:
+            self.controller.next_op()
+
+    def _previous(self) -> None:
+        if self.lesson.active:
+            self.lesson.previous()
+        else:
+            self.controller.prev_op()
+
+    def _blank_key(self) -> None:
+        if self.lesson.asking and self.lesson.choose(1):
+            return
+        if self.lesson.active:
+            self.lesson.next()
+        else:
+            self.controller.toggle_play()
+
+    def start_lesson_when_built(self) -> None:
+        """Start the lesson of the next lab once it is built (``gradviz open --lesson``)."""
+
+        def start(_info: object) -> None:
+            self.controller.lab_changed.disconnect(start)
+            QTimer.singleShot(0, lambda: self.set_lesson(True))
+
+        self.controller.lab_changed.connect(start)
+
+    def toggle_lesson(self) -> None:
+        self.set_lesson(not self.lesson.active)
+
+    def set_lesson(self, on: bool) -> bool:
+        """Start (or end) the scenario's lesson; False when it has no stops to start."""
+        started = self.lesson.start() if on else False
+        if not on:
+            self.lesson.stop()
+        self.act_lesson.blockSignals(True)
+        self.act_lesson.setChecked(started)
+        self.act_lesson.blockSignals(False)
+        for act in self.lesson_keys:
+            act.setEnabled(started)
+        if on and not started:
+            self.show_error("This scenario's lesson has no stops; open a built-in scenario to follow one.")
+        return started
+
     def _scrub(self, x: float) -> None:
         self.controller.pause()
         # Tick t occupies [t, t + 1) on the timeline (its tape cell; its points sit at t + 0.5).

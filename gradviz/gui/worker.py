@@ -242,6 +242,7 @@ class LabWorker(QObject):
     failed = Signal(str, int)
     planned = Signal(object, int)
     plan_failed = Signal(str, int)
+    revealed = Signal(object, int)
 
     def __init__(self) -> None:
         super().__init__()
@@ -395,6 +396,30 @@ class LabWorker(QObject):
             if index < len(lab.history[run]):
                 out[(run, index)] = lab.record(run, index)
         self.fetched.emit(out, generation)
+
+    # -------------------------------------------------------------- reveal
+    @Slot(object, int)
+    def reveal(self, request: Any, generation: int) -> None:
+        """The reveals of a stop's questions: ``request`` is (stop index, answers by question).
+
+        Computed here, from the lab's own records, once the lab has performed the stop.
+        """
+        from gradviz.engine.quiz import reveal
+
+        lab, info = self.lab, self.info
+        if lab is None or info is None or generation != self.generation:
+            return
+        index, answers = request
+        placed = info.stops[index]
+        try:
+            out = tuple(
+                reveal(lab, placed, q, answers[i] if i < len(answers) else None)
+                for i, q in enumerate(placed.stop.questions)
+            )
+        except Exception as exc:
+            self.failed.emit(f"The answers could not be computed ({type(exc).__name__}: {exc}).", generation)
+            return
+        self.revealed.emit((index, out), generation)
 
     # ---------------------------------------------------------------- plan
     @Slot(object, int, int, str)

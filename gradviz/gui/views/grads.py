@@ -405,7 +405,7 @@ class GradsView(QWidget):
         natural = [max([header[col], *self._content_widths(col, option)]) for col in range(len(COLUMNS))]
         natural[NAME + 1 : STATE] = map(max, natural[NAME + 1 : STATE], least[NAME + 1 :])
         lines = [self._lines(row) for row in range(self.table.rowCount())]
-        key = (tuple(natural), tuple(lines), self.table.viewport().width())
+        key = (tuple(natural), tuple(lines), self.table.viewport().width(), self._widest_word(STATE))
         if key == self._layout_key:
             return
         self._layout_key = key

@@ -1,0 +1,291 @@
+"""A lesson in the window: stop by stop, a question before the op, PyTorch's answer after it.
+
+:class:`LessonPanel` shows the stop's caption, its questions with clickable
+choices (or a box for a number), and after the reveal the right answer, why a
+wrong one is wrong, and the real numbers. :class:`LessonRunner` moves the
+controller from stop to stop: it plays the ops in between at the set speed,
+stops just before the stop's op while the question is up, performs the op on
+the reveal, and asks the lab for the answers (computed from its records by
+:mod:`gradviz.engine.quiz`, on the lab's own thread).
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
+
+from gradviz.gui.controller import Controller
+
+HINT = "1–5 or a–e: choose · Enter: reveal · Page Down: next stop · Page Up: back · Ctrl+L: end the lesson"
+
+
+class _QuestionBox(QWidget):
+    """One question: its text and its choices (buttons, one checked) or a box for a number."""
+
+    def __init__(self, question: Any, number: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.question = question
+        box = QVBoxLayout(self)
+        box.setContentsMargins(0, 4, 0, 4)
+        ask = QLabel(f"<b>Q{number}.</b> {escape(question.ask)}")
+        ask.setWordWrap(True)
+        ask.setObjectName("lessonQuestion")
+        box.addWidget(ask)
+        self.group = QButtonGroup(self)
+        self.group.setExclusive(True)
+        self.entry: QLineEdit | None = None
+        if question.kind == "number":
+            self.entry = QLineEdit()
+            self.entry.setObjectName("lessonNumber")
+            self.entry.setPlaceholderText("type a number, then Enter")
+            box.addWidget(self.entry)
+        else:
+            row = QVBoxLayout()
+            for i, (label, choice) in enumerate(zip(question.labels, question.choices, strict=True)):
+                button = QPushButton(f"{label})  {choice.text}")
+                button.setCheckable(True)
+                button.setObjectName("lessonChoice")
+                button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+                button.setStyleSheet("text-align: left; padding: 4px 10px;")
+                self.group.addButton(button, i)
+                row.addWidget(button)
+            box.addLayout(row)
+        self.result = QLabel("")
+        self.result.setWordWrap(True)
+        self.result.setObjectName("lessonResult")
+        self.result.setVisible(False)
+        box.addWidget(self.result)
+
+    def answer(self) -> str | int | None:
+        """The answer given so far: a choice index, the typed text, or None."""
+        if self.entry is not None:
+            text = self.entry.text().strip()
+            return text or None
+        chosen = self.group.checkedId()
+        return None if chosen < 0 else chosen
+
+    def choose(self, index: int) -> bool:
+        button = self.group.button(index)
+        if button is None:
+            return False
+        button.setChecked(True)
+        return True
+
+    def show_reveal(self, reveal: Any) -> None:
+        if reveal.right:
+            head = "<b>Correct.</b>"
+        elif not reveal.answered:
+            head = f"<b>The answer:</b> {escape(reveal.answer)}"
+        else:
+            why, answer = escape(reveal.explanation), escape(reveal.answer)
+            head = f"<b>Not quite:</b> {why}<br><b>The answer:</b> {answer}"
+        facts = "".join(f"<li>{escape(f)}</li>" for f in reveal.facts)
+        self.result.setText(head + (f"<br>In the real run:<ul>{facts}</ul>" if facts else ""))
+        self.result.setVisible(True)
+        for i, button in enumerate(self.group.buttons()):
+            button.setEnabled(False)
+            if i in reveal.correct:
+                button.setText(button.text() + "   ✓")
+        if self.entry is not None:
+            self.entry.setEnabled(False)
+
+
+class LessonPanel(QWidget):
+    """The lesson's stop, its questions, and after the reveal what the real run says."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("lessonPanel")
+        # Focus sits here during a lesson, so the choice letters reach the window's
+        # shortcuts rather than a combo box's search.
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.title = QLabel("")
+        self.title.setObjectName("panelTitle")
+        self.caption = QLabel("")
+        self.caption.setWordWrap(True)
+        self.caption.setObjectName("lessonCaption")
+        self.questions: list[_QuestionBox] = []
+        self.body = QVBoxLayout()
+        self.hint = QLabel(HINT)
+        self.hint.setObjectName("status")
+        self.hint.setWordWrap(True)
+        head = QHBoxLayout()
+        head.addWidget(self.title, 1)
+        box = QVBoxLayout(self)
+        box.setContentsMargins(8, 4, 8, 4)
+        box.addLayout(head)
+        box.addWidget(self.caption)
+        box.addLayout(self.body)
+        box.addStretch(1)
+        box.addWidget(self.hint)
+        self.title.setWordWrap(True)
+
+    def _clear(self) -> None:
+        for q in self.questions:
+            self.body.removeWidget(q)
+            q.deleteLater()
+        self.questions = []
+
+    def show_stop(self, index: int, count: int, placed: Any) -> None:
+        """Stop ``index`` of ``count``: where it is, its caption, and its questions, unanswered."""
+        self._clear()
+        self.title.setText(f"Lesson · stop {index + 1} of {count}<br>{escape(placed.label)}")
+        self.caption.setText(placed.stop.caption)
+        for i, question in enumerate(placed.stop.questions):
+            q = _QuestionBox(question, i + 1, self)
+            self.body.addWidget(q)
+            self.questions.append(q)
+        first = self.current()
+        if first is not None and first.entry is not None:
+            first.entry.setFocus()
+        else:
+            self.setFocus()
+
+    def show_end(self, score: int, total: int) -> None:
+        self._clear()
+        self.title.setText("Lesson · the end")
+        self.caption.setText(f"Score: {score} of {total}. Ctrl+L ends the lesson; Page Up goes back a stop.")
+
+    def current(self) -> _QuestionBox | None:
+        """The first question still without an answer (else the last one)."""
+        for q in self.questions:
+            if q.answer() is None:
+                return q
+        return self.questions[-1] if self.questions else None
+
+    def choose(self, index: int) -> bool:
+        """Choose choice ``index`` of the current question; False when there is none to choose."""
+        q = self.current()
+        return q is not None and q.entry is None and q.choose(index)
+
+    def answers(self) -> list[Any]:
+        return [q.answer() for q in self.questions]
+
+    def show_reveals(self, reveals: tuple[Any, ...]) -> None:
+        for q, r in zip(self.questions, reveals, strict=False):
+            q.show_reveal(r)
+
+
+class LessonRunner(QObject):
+    """Moves a controller through a lesson's stops; the window routes the clicker's keys here."""
+
+    finished = Signal()
+
+    def __init__(self, controller: Controller, panel: LessonPanel) -> None:
+        super().__init__(panel)
+        self.controller = controller
+        self.panel = panel
+        self.active = False
+        self.index = -1
+        self.revealed = False
+        self._pending: int | None = None  # a stop whose reveal waits for its op to be performed
+        self.results: dict[int, tuple[int, int]] = {}  # stop -> (right, asked), the latest try
+        controller.changed.connect(self._on_changed)
+        controller.revealed.connect(self._on_revealed)
+
+    @property
+    def stops(self) -> tuple[Any, ...]:
+        info = self.controller.info
+        return info.stops if info is not None else ()
+
+    def start(self) -> bool:
+        """Begin at the first stop; False when the scenario has no lesson stops."""
+        if not self.stops:
+            return False
+        self.active = True
+        self.index = -1
+        self.results = {}
+        self.controller.pause()
+        self.controller.seek(-1)
+        self.panel.show()
+        self.next()
+        return True
+
+    def stop(self) -> None:
+        self.active = False
+        self._pending = None
+        self.panel.hide()
+
+    @property
+    def score(self) -> tuple[int, int]:
+        """Right answers and questions revealed so far (a stop asked again counts once)."""
+        return sum(r for r, _ in self.results.values()), sum(n for _, n in self.results.values())
+
+    @property
+    def asking(self) -> bool:
+        """True while a question is up, waiting for its reveal."""
+        return (
+            self.active
+            and not self.revealed
+            and 0 <= self.index < len(self.stops)
+            and bool(self.stops[self.index].stop.questions)
+        )
+
+    def next(self) -> None:
+        """The clicker's next: reveal the stop's answers if asked, else go on to the next stop."""
+        if not self.active:
+            return
+        if self.asking:
+            self.reveal()
+            return
+        if self.index + 1 >= len(self.stops):
+            self.index = len(self.stops)
+            self.panel.show_end(*self.score)
+            return
+        self.index += 1
+        self._go_to(self.index)
+
+    def previous(self) -> None:
+        """Back to the previous stop (its questions asked again); history replays, nothing is recomputed."""
+        if not self.active:
+            return
+        self.index = max(0, min(self.index, len(self.stops)) - 1)
+        self._go_to(self.index)
+
+    def _go_to(self, index: int) -> None:
+        placed = self.stops[index]
+        self.revealed = not placed.stop.questions
+        self._pending = None
+        self.panel.show_stop(index, len(self.stops), placed)
+        # Asked just before the stop's op; a stop without questions shows the moment after it.
+        target = placed.tick - 1 if placed.stop.questions else placed.tick
+        c = self.controller
+        if c.cursor > target:
+            c.pause()
+            c.seek(target)
+        else:
+            c.play_until(target)
+
+    def choose(self, index: int) -> bool:
+        return self.asking and self.panel.choose(index)
+
+    def reveal(self) -> None:
+        """Perform the stop's op, then ask the lab for the answers from its records."""
+        if not self.asking:
+            return
+        placed = self.stops[self.index]
+        self.revealed = True
+        self._pending = self.index
+        if self.controller.cursor >= placed.tick:
+            self._request()
+        else:
+            self.controller.play_until(placed.tick)
+
+    def _on_changed(self) -> None:
+        if self._pending is not None and self.controller.cursor >= self.stops[self._pending].tick:
+            self._request()
+
+    def _request(self) -> None:
+        index, self._pending = self._pending, None
+        if index is not None:
+            self.controller.request_reveal(index, self.panel.answers())
+
+    def _on_revealed(self, result: Any) -> None:
+        index, reveals = result
+        if not self.active or index != self.index:
+            return
+        self.panel.show_reveals(reveals)
+        self.results[index] = (sum(1 for r in reveals if r.right), len(reveals))
