@@ -15,11 +15,39 @@ from html import escape
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QLineEdit, QScrollArea, QVBoxLayout, QWidget
 
 from gradviz.gui.controller import Controller
 
 HINT = "1–5 or a–e: choose · Enter: reveal · Page Down: next stop · Page Up: back · Ctrl+L: end the lesson"
+
+
+class _Choice(QLabel):
+    """One choice: a framed, wrapping line of text that is picked by a click (or its key)."""
+
+    clicked = Signal(int)
+
+    def __init__(self, index: int, text: str, parent: QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.index = index
+        self.setObjectName("lessonChoice")
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setWordWrap(True)
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.set_state(False)
+
+    def set_state(self, chosen: bool, correct: bool = False) -> None:
+        # The frame's weight and a mark say which is chosen and which is right, not colour alone.
+        width = 3 if chosen else 1
+        mark = "   ✓" if correct else ""
+        self.setStyleSheet(
+            f"QLabel {{ border: {width}px solid palette(mid); border-radius: 4px; padding: 4px 8px; }}"
+        )
+        base = self.text().removesuffix("   ✓")
+        self.setText(base + mark)
+
+    def mousePressEvent(self, event: Any) -> None:
+        self.clicked.emit(self.index)
 
 
 class _QuestionBox(QWidget):
@@ -30,12 +58,14 @@ class _QuestionBox(QWidget):
         self.question = question
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 4, 0, 4)
-        ask = QLabel(f"<b>Q{number}.</b> {escape(question.ask)}")
+        ask = QLabel(f"<b>Q{number}.</b> {escape(question.ask, quote=False)}")
+        ask.setTextFormat(Qt.TextFormat.RichText)
         ask.setWordWrap(True)
         ask.setObjectName("lessonQuestion")
         box.addWidget(ask)
-        self.group = QButtonGroup(self)
-        self.group.setExclusive(True)
+        self.choices: list[_Choice] = []
+        self.chosen: int | None = None
+        self.locked = False
         self.entry: QLineEdit | None = None
         if question.kind == "number":
             self.entry = QLineEdit()
@@ -43,17 +73,13 @@ class _QuestionBox(QWidget):
             self.entry.setPlaceholderText("type a number, then Enter")
             box.addWidget(self.entry)
         else:
-            row = QVBoxLayout()
             for i, (label, choice) in enumerate(zip(question.labels, question.choices, strict=True)):
-                button = QPushButton(f"{label})  {choice.text}")
-                button.setCheckable(True)
-                button.setObjectName("lessonChoice")
-                button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
-                button.setStyleSheet("text-align: left; padding: 4px 10px;")
-                self.group.addButton(button, i)
-                row.addWidget(button)
-            box.addLayout(row)
+                item = _Choice(i, f"{label})  {choice.text}", self)
+                item.clicked.connect(self.choose)
+                self.choices.append(item)
+                box.addWidget(item)
         self.result = QLabel("")
+        self.result.setTextFormat(Qt.TextFormat.RichText)
         self.result.setWordWrap(True)
         self.result.setObjectName("lessonResult")
         self.result.setVisible(False)
@@ -64,31 +90,30 @@ class _QuestionBox(QWidget):
         if self.entry is not None:
             text = self.entry.text().strip()
             return text or None
-        chosen = self.group.checkedId()
-        return None if chosen < 0 else chosen
+        return self.chosen
 
     def choose(self, index: int) -> bool:
-        button = self.group.button(index)
-        if button is None:
+        if self.locked or not 0 <= index < len(self.choices):
             return False
-        button.setChecked(True)
+        self.chosen = index
+        for item in self.choices:
+            item.set_state(item.index == index)
         return True
 
     def show_reveal(self, reveal: Any) -> None:
         if reveal.right:
             head = "<b>Correct.</b>"
         elif not reveal.answered:
-            head = f"<b>The answer:</b> {escape(reveal.answer)}"
+            head = f"<b>The answer:</b> {escape(reveal.answer, quote=False)}"
         else:
-            why, answer = escape(reveal.explanation), escape(reveal.answer)
+            why, answer = escape(reveal.explanation, quote=False), escape(reveal.answer, quote=False)
             head = f"<b>Not quite:</b> {why}<br><b>The answer:</b> {answer}"
-        facts = "".join(f"<li>{escape(f)}</li>" for f in reveal.facts)
+        facts = "".join(f"<li>{escape(f, quote=False)}</li>" for f in reveal.facts)
         self.result.setText(head + (f"<br>In the real run:<ul>{facts}</ul>" if facts else ""))
         self.result.setVisible(True)
-        for i, button in enumerate(self.group.buttons()):
-            button.setEnabled(False)
-            if i in reveal.correct:
-                button.setText(button.text() + "   ✓")
+        self.locked = True
+        for item in self.choices:
+            item.set_state(item.index == self.chosen, item.index in reveal.correct)
         if self.entry is not None:
             self.entry.setEnabled(False)
 
@@ -108,7 +133,16 @@ class LessonPanel(QWidget):
         self.caption.setWordWrap(True)
         self.caption.setObjectName("lessonCaption")
         self.questions: list[_QuestionBox] = []
-        self.body = QVBoxLayout()
+        # Questions and reveals scroll inside the panel when they outgrow the screen.
+        inner = QWidget()
+        self.body = QVBoxLayout(inner)
+        self.body.setContentsMargins(0, 0, 0, 0)
+        self.body.addStretch(1)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(inner)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.hint = QLabel(HINT)
         self.hint.setObjectName("status")
         self.hint.setWordWrap(True)
@@ -118,8 +152,7 @@ class LessonPanel(QWidget):
         box.setContentsMargins(8, 4, 8, 4)
         box.addLayout(head)
         box.addWidget(self.caption)
-        box.addLayout(self.body)
-        box.addStretch(1)
+        box.addWidget(self.scroll, 1)
         box.addWidget(self.hint)
         self.title.setWordWrap(True)
 
@@ -132,11 +165,11 @@ class LessonPanel(QWidget):
     def show_stop(self, index: int, count: int, placed: Any) -> None:
         """Stop ``index`` of ``count``: where it is, its caption, and its questions, unanswered."""
         self._clear()
-        self.title.setText(f"Lesson · stop {index + 1} of {count}<br>{escape(placed.label)}")
+        self.title.setText(f"Lesson · stop {index + 1} of {count}<br>{escape(placed.label, quote=False)}")
         self.caption.setText(placed.stop.caption)
         for i, question in enumerate(placed.stop.questions):
             q = _QuestionBox(question, i + 1, self)
-            self.body.addWidget(q)
+            self.body.insertWidget(self.body.count() - 1, q)
             self.questions.append(q)
         first = self.current()
         if first is not None and first.entry is not None:

@@ -133,8 +133,8 @@ class MainWindow(QMainWindow):
         self.lesson = LessonRunner(self.controller, self.lesson_panel)
         beside = QHBoxLayout()
         beside.setSpacing(6)
-        beside.addWidget(self.split, 3)
-        beside.addWidget(self.lesson_panel, 1)
+        beside.addWidget(self.split, 5)
+        beside.addWidget(self.lesson_panel, 2)
         box.addLayout(beside, 1)
         self.setCentralWidget(central)
         self.status = QLabel("")
@@ -520,6 +520,8 @@ class MainWindow(QMainWindow):
         self.act_lesson.blockSignals(False)
         for act in self.lesson_keys:
             act.setEnabled(started)
+        if self.presenting:
+            QTimer.singleShot(0, self.fit_presentation)  # the views' share of the screen changed
         if on and not started:
             self.show_error("This scenario's lesson has no stops; open a built-in scenario to follow one.")
         return started

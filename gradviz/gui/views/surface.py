@@ -165,9 +165,13 @@ class SurfaceView(QWidget):
         self.grid_values: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.residual_text = ""
         self._asked: Any = None
+        # Set by fix_range: the range stays as it is, however far a path goes (an export's frames).
+        self.fixed = False
 
         self.title = QLabel("Loss surface")
         self.title.setObjectName("panelTitle")
+        # A long title wraps rather than holding the column wide (presentation type, a lesson beside).
+        self.title.setWordWrap(True)
         self.caption = QLabel("")
         self.caption.setObjectName("status")
         self.caption.setWordWrap(True)
