@@ -3,10 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Qt's offscreen and xcb platforms need these; missing fonts give no error, only empty boxes.
-# Xvfb and Mesa give the 3-D view an OpenGL context where there is no display.
+# Xvfb and Mesa give the 3-D view an OpenGL context where there is no display; Graphviz's dot
+# lays out `gradviz graph`'s SVG and PNG.
 DEBIAN_PACKAGES := libgl1 libegl1 libxkbcommon0 libfontconfig1 libglib2.0-0 libdbus-1-3 fonts-dejavu-core \
 	xvfb xauth libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 \
-	libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0 libgl1-mesa-dri
+	libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0 libgl1-mesa-dri graphviz
 
 .PHONY: app test setup lint bench clean
 

@@ -155,6 +155,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the 3-D surface too (needs OpenGL: without a display, run under xvfb-run)",
     )
 
+    g = sub.add_parser("graph", help="write the autograd graph one backward() walks: JSON, DOT, SVG or PNG")
+    g.add_argument("scenario", help="built-in name or TOML file")
+    g.add_argument("-o", "--output", required=True, metavar="OUT", help="OUT.json, .dot, .svg or .png")
+    g.add_argument("--run", metavar="R", help="the run (default: the scenario's first)")
+    g.add_argument(
+        "--iteration",
+        type=_whole(GRAPH_ITERATIONS),
+        default=0,
+        metavar="I",
+        help="iteration, from 0 (default 0)",
+    )
+    g.add_argument(
+        "--backward",
+        type=_whole(GRAPH_BACKWARDS),
+        default=1,
+        metavar="K",
+        help="which backward() of the iteration, from 1 (default 1)",
+    )
+
     e = sub.add_parser("export", help="export an animation: GIF, MP4/WebM video or PNG frames")
     e.add_argument("scenario", help="built-in name or TOML file")
     e.add_argument(
@@ -218,6 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--lr", type=_real(LEARNING_RATES), help="learning rate for every optimizer, 0 to 1e6")
     return p
 
+
+# gradviz graph: the scenario's own length bounds --iteration further.
+GRAPH_ITERATIONS = Bounds(0, ITERATIONS.high - 1, "a whole number")
+GRAPH_BACKWARDS = Bounds(1, 1_000, "a whole number")
 
 # --from and --to in either unit; cmd_export narrows them to the unit of --per-frame.
 _FIRST = Bounds(0, EXPORT_OPS.high, "a whole number")
@@ -467,6 +490,33 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_graph(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from gradviz.engine.errors import UserError
+    from gradviz.engine.graph import FORMATS, capture_graph, render
+    from gradviz.engine.lab import set_threads
+    from gradviz.engine.scenario import load_scenario
+    from gradviz.export.atomic import write_bytes
+    from gradviz.export.outputs import check_output_file
+
+    suffix = Path(args.output).suffix
+    if suffix.lower() not in FORMATS:
+        raise UserError(
+            f"gradviz graph cannot write {quoted(suffix or args.output, 40, bare=True)}; "
+            f"give a file ending in {', '.join(FORMATS)}."
+        )
+    path = check_output_file(args.output)  # before any work: a typo in the path should fail at once
+    scenario = load_scenario(args.scenario)
+    set_threads(1)
+    graph = capture_graph(scenario, args.run, args.iteration, args.backward)
+    header = {"scenario": scenario.name, "run": args.run or scenario.runs[0].name}
+    header |= {"iteration": args.iteration, "backward": args.backward}
+    write_bytes(path, render(graph, suffix, **header))
+    print(path)
+    return 0
+
+
 def cmd_quiz(args: argparse.Namespace) -> int:
     from gradviz.engine.quiz import interview_quiz, lesson_quiz, run_quiz
     from gradviz.engine.scenario import load_scenario
@@ -484,6 +534,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "snapshot": cmd_snapshot,
     "export": cmd_export,
     "quiz": cmd_quiz,
+    "graph": cmd_graph,
 }
 
 

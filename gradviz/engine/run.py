@@ -6,7 +6,7 @@ import math
 import operator
 from collections.abc import Sequence
 from itertools import compress
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -16,6 +16,9 @@ from gradviz.engine.loop import OpSlot, build_program
 from gradviz.engine.record import Entry, GradData, Layout, Snapshot, Weights
 from gradviz.engine.scenario import RunSpec, Scenario
 from gradviz.engine.zoo import Batch, Phase, build_task
+
+if TYPE_CHECKING:
+    from gradviz.engine.graph import GraphCapture
 
 Mode = Literal["replay", "bare", "light", "full"]
 
@@ -30,6 +33,9 @@ class Run:
     ``execute`` performs one op exactly as user code would and, in ``full``
     mode, returns an :class:`OpRecord` made of copies of the real tensors.
     """
+
+    # Set to watch the autograd graph of each forward and backward (see engine/graph.py).
+    graph_observer: GraphCapture | None = None
 
     def __init__(self, spec: RunSpec, scenario: Scenario, device: torch.device) -> None:
         self.spec = spec
@@ -167,11 +173,17 @@ class Run:
             batch = self._micro_batch(iteration, slot.micro)
             loss = self.task.loss(phase, batch, iteration, self.loop)
             self._live_loss[phase.name] = loss
+            if self.graph_observer is not None:
+                self.graph_observer.forward(self, slot, iteration, loss)
             self.last_loss = float(loss.item())
         elif slot.op == "backward":
             loss = self._live_loss.pop(phase.name)
             self._fresh.clear()
-            loss.backward()
+            if self.graph_observer is None:
+                loss.backward()
+            else:
+                with self.graph_observer.backward(self, slot, iteration, loss):
+                    loss.backward()
         else:
             self._step(phase)
 

@@ -1,0 +1,110 @@
+"""Cost of the autograd graph capture per op, against the same lab without it.
+
+Three labs of one scenario step side by side, in turns of random order (machines
+here are shared and noisy; each figure is the median over rounds of the ratio
+within a round):
+
+- ``peer``: each run's ``_perform`` as it was before the graph observer existed
+  (no check at all), bound to the run;
+- ``off``: the shipped code with no observer set (what every lab pays);
+- ``on``: a :class:`~gradviz.engine.graph.GraphCapture` on every run, walking each
+  forward's graph and hooking every node of each backward.
+
+Run: ``python bench/bench_graph.py [--iterations N] [--rounds R]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+import types
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_engine import LINEAR, MLP
+
+from gradviz.engine.graph import GraphCapture
+from gradviz.engine.lab import Lab, set_threads
+from gradviz.engine.loop import OpSlot
+from gradviz.engine.run import Run
+from gradviz.engine.scenario import Scenario, load_builtin, loads_scenario
+
+TARGET = 1.10
+
+
+def _perform_without_observer(self: Run, slot: OpSlot, iteration: int) -> None:
+    """``Run._perform`` without the observer's two checks: the peer."""
+    phase = self.phases[slot.phase]
+    if slot.op == "zero_grad":
+        self._zero_grad(phase)
+    elif slot.op == "forward":
+        batch = self._micro_batch(iteration, slot.micro)
+        loss = self.task.loss(phase, batch, iteration, self.loop)
+        self._live_loss[phase.name] = loss
+        self.last_loss = float(loss.item())
+    elif slot.op == "backward":
+        loss = self._live_loss.pop(phase.name)
+        self._fresh.clear()
+        loss.backward()
+    else:
+        self._step(phase)
+
+
+def measure(scenario: Scenario, iterations: int, rounds: int) -> dict[str, float]:
+    labs = {"peer": Lab(scenario), "off": Lab(scenario), "on": Lab(scenario)}
+    for run in labs["peer"].runs:
+        run._perform = types.MethodType(_perform_without_observer, run)  # type: ignore[method-assign]
+    for run in labs["on"].runs:
+        run.graph_observer = GraphCapture(keep=1)
+    for lab in labs.values():
+        lab.run_iterations(5)  # optimizer state made, first calls out of the way
+    times: dict[str, list[float]] = {name: [] for name in labs}
+    for _ in range(rounds):
+        order = list(labs)
+        random.shuffle(order)
+        for name in order:
+            lab = labs[name]
+            if lab.iteration + iterations > scenario.iterations:
+                lab.seek(-1)  # back to the start: the history stays bounded
+            start = time.perf_counter()
+            lab.run_iterations(iterations)
+            times[name].append(time.perf_counter() - start)
+    ops = iterations * sum(len(r.program.ops) for r in labs["peer"].runs)
+    out = {f"{name}_us": statistics.median(t) / ops * 1e6 for name, t in times.items()}
+    for name in ("off", "on"):
+        out[name] = statistics.median(a / b for a, b in zip(times[name], times["peer"], strict=True))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=50, help="iterations per turn (default 50)")
+    parser.add_argument("--rounds", type=int, default=15, help="turns of each lab (default 15)")
+    args = parser.parse_args()
+    set_threads(1)
+    scenarios = {
+        "linear": loads_scenario(LINEAR, "bench"),
+        "mlp-17k": loads_scenario(MLP, "bench"),
+        "gan-detach": load_builtin("gan-detach"),
+    }
+    print(f"per op, {args.rounds} rounds of {args.iterations} iterations; ratios against the peer")
+    print(f"{'scenario':<12} {'peer us':>8} {'off us':>8} {'on us':>8} {'off/peer':>9} {'on/peer':>8}")
+    worst = 0.0
+    for name, sc in scenarios.items():
+        sc = sc.with_overrides(iterations=max(sc.iterations, 10 * args.iterations), device="cpu")
+        m = measure(sc, args.iterations, args.rounds)
+        worst = max(worst, m["off"])
+        print(
+            f"{name:<12} {m['peer_us']:>8.1f} {m['off_us']:>8.1f} {m['on_us']:>8.1f} "
+            f"{m['off']:>9.3f} {m['on']:>8.2f}"
+        )
+    verdict = "within" if worst <= TARGET else "OVER"
+    print(f"no observer set: worst {worst:.3f}x the peer, {verdict} the target of {TARGET:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""The autograd graph capture against PyTorch itself: walks, hook order, gradients and freed tensors."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from gradviz.engine import Lab, load_builtin
+from gradviz.engine.graph import GraphCapture, capture_graph, graph_of
+from gradviz.engine.loop import OpSlot
+from gradviz.engine.run import Run
+from gradviz.engine.zoo import build_task
+
+
+def independent_walk(loss: torch.Tensor) -> tuple[list[Any], list[str], list[tuple[int, int]]]:
+    """Breadth first from ``loss.grad_fn`` over ``next_functions``: nodes, their names, edges."""
+    nodes = [loss.grad_fn]
+    index = {loss.grad_fn: 0}
+    edges = []
+    for i, node in enumerate(nodes):  # the list grows while it is read
+        for nxt, _ in node.next_functions:
+            if nxt is None:
+                continue
+            if nxt not in index:
+                index[nxt] = len(nodes)
+                nodes.append(nxt)
+            edges.append((i, index[nxt]))
+    return nodes, [type(n).__name__ for n in nodes], edges
+
+
+class Checked(GraphCapture):
+    """A capture that also walks each loss itself, with the code above, as the forward leaves it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.walks: list[tuple[list[str], list[tuple[int, int]], dict[int, str]]] = []
+
+    def forward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> None:
+        super().forward(run, slot, iteration, loss)
+        nodes, names, edges = independent_walk(loss)
+        params = {id(t): n for n, t in zip(run.names, run.tensors, strict=True)}
+        leaves = {
+            i: params[id(n.variable)]
+            for i, n in enumerate(nodes)
+            if id(getattr(n, "variable", None)) in params
+        }
+        self.walks.append((names, edges, leaves))
+
+
+CASES = [
+    (name, run.name)
+    for name in ("standard-loop", "zero-grad-myths", "gan-detach", "grad-accumulation")
+    for run in load_builtin(name).runs
+]
+
+
+@pytest.mark.parametrize(("scenario", "run"), CASES)
+def test_nodes_and_edges_are_the_walk_of_grad_fn(scenario, run):
+    lab = Lab(load_builtin(scenario), record="bare")
+    capture = lab.run(run).graph_observer = Checked()
+    lab.run_iterations(2)
+    assert len(capture.graphs) == len(capture.walks) > 0
+    for graph, (names, edges, leaves) in zip(capture.graphs, capture.walks, strict=True):
+        assert [n.name for n in graph.nodes] == names
+        assert [n.id for n in graph.nodes] == list(range(len(names)))
+        assert list(graph.edges) == edges
+        assert graph.params == {p: i for i, p in leaves.items()}
+        assert graph.nodes[0].kind == "loss" and graph.root == 0
+        for node in graph.nodes[1:]:
+            expected = (
+                "parameter"
+                if node.id in leaves
+                else ("input" if node.name == "AccumulateGrad" else "operation")
+            )
+            assert node.kind == expected
+
+
+@pytest.mark.parametrize(
+    "scenario", ["standard-loop", "zero-grad-myths", "gan-detach", "two-batch-accumulation"]
+)
+def test_execution_order_is_the_order_node_hooks_fire_in_a_plain_loop(scenario):
+    sc = load_builtin(scenario)
+    spec = sc.runs[0]
+    # The plain loop: the task's model and first batch, one forward and backward as a user writes them.
+    task = build_task(sc, torch.device("cpu"))
+    phase = task.phases()[0]
+    batch = task.batch(0)
+    if spec.loop.accumulate > 1:
+        batch = tuple(t.chunk(spec.loop.accumulate)[0] for t in batch)
+    loss = task.loss(phase, batch, 0, spec.loop)
+    nodes, names, _ = independent_walk(loss)
+    fired: list[int] = []
+    handles = [n.register_prehook(lambda grads, i=i: fired.append(i)) for i, n in enumerate(nodes)]
+    loss.backward()
+    for h in handles:
+        h.remove()
+
+    graph = capture_graph(sc, spec.name, 0, 1)
+    assert [n.name for n in graph.nodes] == names
+    assert list(graph.order) == fired
+    assert sorted(fired) == list(range(len(nodes)))  # every node ran once
+
+
+@pytest.mark.parametrize("scenario", ["forgot-zero-grad", "grad-accumulation", "gan-detach", "set-to-none"])
+def test_what_each_accumulate_grad_added_is_the_records_fresh_gradient(scenario):
+    lab = Lab(load_builtin(scenario), record="full")
+    captures = {}
+    for run in lab.runs:
+        captures[run.name] = run.graph_observer = GraphCapture()
+    backwards: dict[str, list] = {r.name: [] for r in lab.runs}
+    for rec in lab.iterate(3):
+        if rec.op == "backward":
+            backwards[rec.run].append(rec)
+    for name, recs in backwards.items():
+        graphs = captures[name].graphs
+        assert len(graphs) == len(recs) > 0
+        for graph, rec in zip(graphs, recs, strict=True):
+            added = graph.added
+            for pname, fresh in rec.fresh_grads.items():
+                got = added.get(pname)
+                if fresh is None:
+                    assert got is None, (name, rec.index, pname)
+                else:
+                    assert got is not None and np.array_equal(got, fresh), (name, rec.index, pname)
+
+
+def _discriminator_graph(run: str):
+    return capture_graph(load_builtin("gan-detach"), run, 0, 1)
+
+
+def test_the_gan_cut_detach_and_no_grad_keep_the_generator_out_of_loss_d():
+    no_detach, detach, no_grad = (_discriminator_graph(r) for r in ("no-detach", "detach", "no-grad"))
+    assert no_detach.phase == detach.phase == no_grad.phase == "discriminator"
+    g_leaves = {p for p in no_detach.params if p.startswith("G.")}
+    assert g_leaves == {"G.0.weight", "G.0.bias", "G.2.weight", "G.2.bias"}
+    assert all(g_leaves & set(g.params) == set() for g in (detach, no_grad))
+    assert all(p.startswith("D.") for g in (detach, no_grad) for p in g.params)
+    # Both cut graphs are D's alone, the same nodes; without the cut, G's nodes hang below fake.
+    assert [n.name for n in detach.nodes] == [n.name for n in no_grad.nodes]
+    assert detach.edges == no_grad.edges
+    assert len(no_detach.nodes) > len(detach.nodes)
+    # What the backward delivered to G, it delivered only where the graph reached G.
+    assert all(no_detach.added[p] is not None for p in g_leaves)
+
+
+def test_no_grad_builds_no_graph_for_fake():
+    sc = load_builtin("gan-detach")
+    spec = next(r for r in sc.runs if r.name == "no-grad")
+    task = build_task(sc, torch.device("cpu"))
+    real, z = task.batch(0)
+    with torch.no_grad():
+        fake = task.modules["G"](z)
+    assert fake.grad_fn is None and not fake.requires_grad
+    loss = task.loss(task.phases()[0], (real, z), 0, spec.loop)
+    ids = {id(p) for n, p in task.params.items() if n.startswith("G.")}
+    assert not {id(n.variable) for n in independent_walk(loss)[0] if hasattr(n, "variable")} & ids
+
+
+def _fake_run(tensors: dict[str, torch.Tensor]) -> Any:
+    return SimpleNamespace(names=tuple(tensors), tensors=list(tensors.values()))
+
+
+SLOT = OpSlot("main", "backward", 0, 1, 1, 1)
+
+
+def _small_loss() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(3, 2)
+    x = torch.randn(5, 3, requires_grad=True)  # a leaf outside the run: an input
+    loss = torch.nn.functional.mse_loss(torch.tanh(layer(x)), torch.zeros(5, 2))
+    return loss, {"weight": layer.weight, "bias": layer.bias}
+
+
+def test_saved_tensors_are_marked_freed_after_backward_and_kept_with_retain_graph():
+    for retain in (False, True):
+        loss, params = _small_loss()
+        run = _fake_run(params)
+        capture = GraphCapture()
+        capture.forward(run, SLOT, 0, loss)
+        before = capture.pending["main"]
+        assert before.order == ()
+        saved = [s for n in before.nodes for s in n.saved]
+        assert saved and not any(s.freed for s in saved)
+        tanh = next(n for n in before.nodes if n.name == "TanhBackward0")
+        assert [(s.name, s.shape, s.bytes) for s in tanh.saved] == [("result", (5, 2), 40)]
+        with capture.backward(run, SLOT, 0, loss):
+            loss.backward(retain_graph=retain)
+        (after,) = capture.graphs
+        assert all(s.freed != retain for n in after.nodes for s in n.saved)
+        # The real thing: reading a saved tensor after such a backward raises.
+        node = loss.grad_fn.next_functions[0][0]
+        if retain:
+            assert isinstance(node._saved_result, torch.Tensor)
+        else:
+            with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+                node._saved_result  # noqa: B018
+
+
+def test_kinds_shapes_and_the_gradients_that_flowed():
+    loss, params = _small_loss()
+    run = _fake_run(params)
+    capture = GraphCapture()
+    capture.forward(run, SLOT, 0, loss)
+    with capture.backward(run, SLOT, 0, loss):
+        loss.backward()
+    (graph,) = capture.graphs
+    kinds = {n.param or n.name: n.kind for n in graph.nodes}
+    assert kinds["weight"] == kinds["bias"] == "parameter"
+    assert next(n for n in graph.nodes if n.kind == "input").shape == (5, 3)
+    assert graph.nodes[0].shape == () and graph.nodes[0].name == "MseLossBackward0"
+    assert graph.nodes[graph.params["weight"]].shape == (2, 3)
+    # What each leaf received is what it added: here, with .grad None before, the new .grad.
+    for name, t in params.items():
+        assert np.array_equal(graph.added[name], t.grad.numpy())
+    # What went along an edge into a leaf is what the leaf received.
+    for (a, b), g in zip(graph.edges, graph.sent, strict=True):
+        if graph.nodes[b].name == "AccumulateGrad":
+            assert np.array_equal(g, graph.received[b][0]), (a, b)
+
+
+def test_graph_of_a_loss_without_grad_fn_is_empty():
+    graph = graph_of(torch.tensor(1.0))
+    assert graph.nodes == () and graph.root is None
+
+
+def test_no_observer_by_default_and_hooks_are_removed_after_backward():
+    lab = Lab(load_builtin("standard-loop"), record="bare")
+    assert all(r.graph_observer is None for r in lab.runs)
+    loss, params = _small_loss()
+    run = _fake_run(params)
+    capture = GraphCapture()
+    capture.forward(run, SLOT, 0, loss)
+    with capture.backward(run, SLOT, 0, loss):
+        loss.backward(retain_graph=True)
+    loss.backward()  # hooks gone: nothing more is recorded
+    assert len(capture.graphs) == 1 and len(capture.graphs[0].order) == len(capture.graphs[0].nodes)
+
+
+def test_dot_and_json_of_a_graph():
+    import json
+
+    graph = _discriminator_graph("detach")
+    dot = graph.to_dot('a "title"')
+    assert dot.startswith("digraph") and dot.rstrip().endswith("}")
+    assert dot.count(" -> ") == len(graph.edges)
+    data = json.loads(graph.to_json(scenario="gan-detach"))
+    assert data["scenario"] == "gan-detach"
+    assert [n["id"] for n in data["nodes"]] == list(range(len(graph.nodes)))
+    assert sorted(data["order"]) == list(range(len(graph.nodes)))
