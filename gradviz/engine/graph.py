@@ -395,11 +395,17 @@ class GraphCapture:
         for node, live, where in zip(walk.graph.nodes, walk.live, walk.saved_from, strict=True):
             if node.saved:
                 freed = {attr: _freed(live, attr) for attr in set(where)}
-                saved = tuple(replace(s, freed=freed[a]) for s, a in zip(node.saved, where, strict=True))
-                node = replace(node, saved=saved)
+                saved = tuple(
+                    SavedTensor(s.name, s.shape, s.bytes, freed[a])
+                    for s, a in zip(node.saved, where, strict=True)
+                )
+                node = Node(node.id, node.name, node.kind, node.param, node.shape, saved)
             nodes.append(node)
         flowed = tuple(sent.get((a, slot)) for (a, _), slot in zip(walk.graph.edges, walk.slots, strict=True))
-        graph = replace(walk.graph, nodes=tuple(nodes), order=tuple(order), received=received, sent=flowed)
+        g = walk.graph
+        graph = Graph(
+            tuple(nodes), g.edges, tuple(order), g.root, received, flowed, g.phase, g.iteration, g.micro
+        )
         walk.live.clear()  # the nodes (and what they still hold) go with the graph's last reference
         self.graphs.append(graph)
         if self.keep is not None and len(self.graphs) > self.keep:
