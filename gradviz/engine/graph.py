@@ -346,15 +346,16 @@ class GraphCapture:
         self.keep = keep
         self.graphs: list[Graph] = []
         self._walks: dict[str, _Walk] = {}
-        self._params: tuple[int, dict[int, str]] | None = None
+        self._params: tuple[Run, dict[int, str]] | None = None
 
     @property
     def pending(self) -> dict[str, Graph]:
+        """By phase: the graph of the latest forward that no backward has walked yet."""
         return {phase: w.graph for phase, w in self._walks.items()}
 
     def _names(self, run: Run) -> dict[int, str]:
-        if self._params is None or self._params[0] != id(run):
-            self._params = (id(run), run_params(run))
+        if self._params is None or self._params[0] is not run:
+            self._params = (run, run_params(run))
         return self._params[1]
 
     def forward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> None:
