@@ -120,6 +120,21 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("quiz", help="answer a lesson's questions; the real run reveals the answers")
     q.add_argument("scenario", nargs="?", help="built-in name or TOML file (default: interview questions)")
 
+    w = sub.add_parser(
+        "watch", help="run a training script as python would, watched: its zero_grad mistakes by line"
+    )
+    w.add_argument(
+        "--steps",
+        type=_whole(WATCH_STEPS),
+        default=50,
+        metavar="N",
+        help="steps or manual updates to watch, 1 to 1,000,000 (default 50); the rest runs unwatched",
+    )
+    w.add_argument("-o", "--output", metavar="REC", help="write the recording (JSON) to REC")
+    w.add_argument("--strict", action="store_true", help="exit status 3 when a warning is found")
+    w.add_argument("script", metavar="SCRIPT.py", help="the training script")
+    w.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="the script's own arguments")
+
     t = sub.add_parser("trace", help="run a scenario headless and write JSON Lines to stdout")
     t.add_argument("scenario", help="built-in name or TOML file")
     t.add_argument(
@@ -517,6 +532,26 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
+# gradviz watch: updates watched before the script runs on unwatched.
+WATCH_STEPS = Bounds(1, 1_000_000, "a whole number")
+# The warning filters Python starts with: a watched script sees its warnings as it would unwatched.
+_SCRIPT_WARNINGS = list(warnings.filters)
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from gradviz.watch.runner import run_script
+
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        for action, message, category, module, lineno in reversed(_SCRIPT_WARNINGS):
+            text = getattr(message, "pattern", message) or ""
+            where = getattr(module, "pattern", module) or ""
+            warnings.filterwarnings(action, text, category, where, lineno)  # type: ignore[arg-type]
+        return run_script(
+            args.script, list(args.args), steps=args.steps, output=args.output, strict=args.strict
+        )
+
+
 def cmd_quiz(args: argparse.Namespace) -> int:
     from gradviz.engine.quiz import interview_quiz, lesson_quiz, run_quiz
     from gradviz.engine.scenario import load_scenario
@@ -534,6 +569,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "snapshot": cmd_snapshot,
     "export": cmd_export,
     "quiz": cmd_quiz,
+    "watch": cmd_watch,
     "graph": cmd_graph,
 }
 

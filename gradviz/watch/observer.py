@@ -1,0 +1,839 @@
+"""The observer: PyTorch's public hooks and a few light wrappers, installed for the first N updates.
+
+What it installs, and removes again after ``steps`` updates (or when the watch ends):
+
+- the global optimizer step pre- and post-hooks
+  (``torch.optim.optimizer.register_optimizer_step_pre_hook`` / ``_post_hook``);
+- ``Tensor.register_post_accumulate_grad_hook`` on every parameter an optimizer holds
+  (found at its first step), every parameter of a module whose ``zero_grad`` runs, and
+  every leaf a ``backward`` reaches (found by walking its graph before it runs);
+- wrappers of ``torch.optim.Optimizer.zero_grad``, ``torch.nn.Module.zero_grad``,
+  ``torch.Tensor.backward`` and ``torch.autograd.backward`` that note the caller's file
+  and line: the first frame outside torch, gradviz and the standard library.
+
+A manual update (``p -= lr * p.grad`` under ``no_grad``) is seen as a leaf's version
+counter, or its values, moving between two events.
+
+Each parameter's ``.grad`` is followed as a little state machine: which backwards filled
+it since it was last cleared, whether an update has used what it holds, whether it was
+cleared to zeros. The findings fall out of those states at each update.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import sysconfig
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gradviz.watch.findings import Finding
+
+FULL_VALUES = 4096  # a parameter of at most this many elements is recorded whole ...
+WHOLE_VALUES = 4096  # ... while those recorded whole hold at most this many together;
+SAMPLE_SIZE = 32  # others by this many elements at fixed, evenly spaced flat indices
+MAX_EVENTS = 20000  # events kept at most; past them the observer stops
+SOURCE_LINES = 5000  # lines kept per user file at most
+SOURCE_FILES = 50
+
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _skipped_prefixes() -> tuple[str, ...]:
+    import torch
+
+    prefixes = {os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, _HERE}
+    for key in ("stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            prefixes.add(os.path.abspath(path) + os.sep)
+    return tuple(prefixes)
+
+
+@dataclass(eq=False)
+class Event:
+    index: int
+    op: str  # "backward", "zero_grad", "step", "update"
+    file: str
+    line: int
+    step: int  # updates seen before this event
+    who: str = ""  # the optimizer ("SGD #0") or the module's class
+    filled: list[int] = field(default_factory=list)  # parameter ids a backward filled
+    params: list[int] = field(default_factory=list)  # parameters a zero_grad or update concerned
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"op": self.op, "file": self.file, "line": self.line, "step": self.step}
+        if self.who:
+            out["who"] = self.who
+        if self.op == "backward":
+            out["filled"] = self.filled
+        elif self.params:
+            out["params"] = self.params
+        return out
+
+
+@dataclass
+class Param:
+    """What the observer follows about one leaf tensor."""
+
+    id: int
+    tensor: Any
+    name: str
+    shape: list[int]
+    numel: int
+    sample: Any = None  # flat indices recorded, or None: every value
+    optimizer: int | None = None
+    fills: list[int] = field(default_factory=list)  # backward events since the last clearing
+    used_by: int | None = None  # the update event that used what .grad holds, since the last clearing
+    carried: tuple[int, int] | None = None  # (backward, update): a backward added to a used .grad
+    lost: tuple[int, int] | None = None  # (backward, clearing): cleared before any update used it
+    zeros: bool = False  # cleared to a tensor of zeros, nothing added since
+    grad_mark: tuple[int, int] | None = None  # (id, _version) of .grad when last seen
+    value_mark: tuple[int, Any] | None = None  # (_version, values) when last seen
+    ever_filled: bool = False
+    handle: Any = None
+
+
+@dataclass
+class Optim:
+    id: int
+    obj: Any
+    name: str
+    params: list[int]
+    first_step: Event | None = None
+    steps: int = 0
+    k_counts: set[int] = field(default_factory=set)
+    k_lines: set[tuple[str, int]] = field(default_factory=set)
+
+
+class Observer:
+    """Follows the ``.grad`` of every parameter through the first ``steps`` updates."""
+
+    def __init__(self, steps: int = 50) -> None:
+        self.limit = steps
+        self.updates = 0
+        self.events: list[Event] = []
+        self.params: dict[int, Param] = {}  # by id(tensor)
+        self.order: list[Param] = []
+        self.optims: dict[int, Optim] = {}  # by id(optimizer)
+        self.records: list[dict[str, Any]] = []
+        self.findings: list[Finding] = []
+        self._seen: set[tuple[str, int, str]] = set()
+        self.installed = False
+        self.stopped_early = ""
+        self._closing = False
+        self._busy = 0
+        self._current: Event | None = None
+        self._restore: list[Callable[[], None]] = []
+        self._handles: list[Any] = []
+        self._module_clears: list[tuple[int, set[int], str]] = []  # (event, params, class)
+        self._pending: dict[int, tuple[Any, bool]] = {}  # params cleared to zeros, before a step
+        self._skip: tuple[str, ...] = ()
+        self.files: list[str] = []
+        self._whole = 0  # elements of the parameters recorded whole
+
+    # ------------------------------------------------------------ install
+
+    def install(self) -> None:
+        import torch
+        from torch.optim import optimizer as optmod
+
+        self._skip = _skipped_prefixes()
+        self._handles.append(optmod.register_optimizer_step_pre_hook(self._step_pre))
+        self._handles.append(optmod.register_optimizer_step_post_hook(self._step_post))
+        self._wrap(torch.optim.Optimizer, "zero_grad", self._wrap_zero_grad(optimizer=True))
+        self._wrap(torch.nn.Module, "zero_grad", self._wrap_zero_grad(optimizer=False))
+        self._wrap(torch.Tensor, "backward", self._wrap_backward(tensor_method=True))
+        self._wrap(torch.autograd, "backward", self._wrap_backward(tensor_method=False))
+        self.installed = True
+
+    def _wrap(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        wrapper = make(original)
+        setattr(owner, name, wrapper)
+
+        def restore() -> None:
+            if getattr(owner, name) is wrapper:
+                setattr(owner, name, original)
+
+        self._restore.append(restore)
+
+    def uninstall(self) -> None:
+        """Remove every hook and wrapper; check what only the end can tell."""
+        if not self.installed:
+            return
+        self.installed = False
+        for handle in self._handles:
+            handle.remove()
+        for p in self.order:
+            if p.handle is not None:
+                p.handle.remove()
+                p.handle = None
+        for restore in reversed(self._restore):
+            restore()
+        self._handles.clear()
+        self._restore.clear()
+        try:
+            self._finish()
+        except Exception as exc:
+            self._broken(exc)
+        for p in self.order:  # let the script's tensors go
+            p.tensor = None
+            p.value_mark = None
+        for o in self.optims.values():
+            o.obj = None
+
+    def _maybe_close(self) -> None:
+        if self._closing and self.installed:
+            self.uninstall()
+
+    # -------------------------------------------------------------- where
+
+    def _where(self) -> tuple[str, int, Any]:
+        f: Any = sys._getframe(1)
+        skip = self._skip
+        while f is not None:
+            name = f.f_code.co_filename
+            if not name.startswith(skip) and not name.startswith("<"):
+                if name not in self.files and len(self.files) < SOURCE_FILES:
+                    self.files.append(name)
+                return name, f.f_lineno, f
+            f = f.f_back
+        return "<unknown>", 0, None
+
+    def _event(self, op: str, file: str, line: int, **kw: Any) -> Event | None:
+        if len(self.events) >= MAX_EVENTS:
+            self.stopped_early = f"more than {MAX_EVENTS:,} events"
+            self._closing = True
+            return None
+        ev = Event(len(self.events), op, file, line, self.updates, **kw)
+        self.events.append(ev)
+        return ev
+
+    def _report(self, file: str, line: int, severity: str, message: str, key: str) -> None:
+        if (file, line, key) in self._seen:
+            return
+        self._seen.add((file, line, key))
+        self.findings.append(Finding(file, line, severity, message))
+
+    # -------------------------------------------------------------- track
+
+    def _track(self, tensors: Iterable[Any], frame: Any) -> list[Param]:
+        new = [t for t in tensors if id(t) not in self.params]
+        if not new:
+            return [self.params[id(t)] for t in tensors]
+        names = _names(new, frame)
+        for t in new:
+            pid = len(self.order)
+            numel = t.numel()
+            p = Param(pid, t, names.get(id(t), f"param{pid}"), list(t.shape), numel)
+            if numel > FULL_VALUES or self._whole + numel > WHOLE_VALUES:
+                import torch
+
+                n = min(SAMPLE_SIZE, numel)
+                p.sample = torch.linspace(0, numel - 1, n, device=t.device).round().long()
+            else:
+                self._whole += numel
+            p.handle = t.register_post_accumulate_grad_hook(self._filled)
+            g = t.grad
+            p.grad_mark = None if g is None else (id(g), g._version)
+            p.value_mark = self._fingerprint(p)
+            self.params[id(t)] = p
+            self.order.append(p)
+        return [self.params[id(t)] for t in tensors]
+
+    def _values(self, p: Param) -> Any:
+        """A copy of the values recorded of ``p``: all of them, or its sample."""
+        flat = p.tensor.detach().reshape(-1)
+        return flat[p.sample] if p.sample is not None else flat.clone()
+
+    def _fingerprint(self, p: Param) -> tuple[int, Any]:
+        # An optimizer's parameters move in place (their version counter tells); a manual loop's may
+        # move through .data, which the counter misses: their values are compared too.
+        t = p.tensor.detach()
+        return (t._version, None if p.optimizer is not None else self._values(p))
+
+    def _moved(self, p: Param) -> bool:
+        t = p.tensor.detach()
+        assert p.value_mark is not None
+        if t._version != p.value_mark[0]:
+            return True
+        if p.value_mark[1] is None:
+            return False
+        import torch
+
+        flat = t.reshape(-1)
+        now = flat[p.sample] if p.sample is not None else flat
+        return not torch.equal(now, p.value_mark[1])
+
+    def _sync(self, ps: Iterable[Param], clearing: Event | None) -> None:
+        """Bring each parameter's state up to date with its ``.grad`` as it is now."""
+        for p in ps:
+            g = p.tensor.grad
+            if g is None:
+                if p.grad_mark is not None:
+                    self._cleared(p, clearing, zeros=False)
+                continue
+            mark = (id(g), g._version)
+            if mark != p.grad_mark:
+                p.grad_mark = mark
+                if not bool(g.any()):
+                    self._cleared(p, clearing, zeros=True)
+
+    def _cleared(self, p: Param, clearing: Event | None, *, zeros: bool) -> None:
+        g = p.tensor.grad
+        p.grad_mark = None if g is None else (id(g), g._version)
+        if clearing is not None and p.fills and p.used_by is None:
+            p.lost = (p.fills[-1], clearing.index)
+        p.fills = []
+        p.used_by = None
+        p.carried = None
+        p.zeros = zeros
+
+    # ------------------------------------------------------------- events
+
+    def _broken(self, exc: BaseException) -> None:
+        """An error inside the observer: it stops watching; the script never sees the error."""
+        self.stopped_early = f"an internal error ({type(exc).__name__}: {exc})"[:300]
+        self._closing = True
+        self._current = None
+
+    def _filled(self, t: Any) -> None:
+        try:
+            self._filled_body(t)
+        except Exception as exc:
+            self._broken(exc)
+
+    def _filled_body(self, t: Any) -> None:
+        p = self.params.get(id(t))
+        ev = self._current
+        if p is None or ev is None or not self.installed:
+            return
+        b = ev.index
+        if p.used_by is not None and p.carried is None:
+            p.carried = (b, p.used_by)
+        p.fills.append(b)
+        p.ever_filled = True
+        p.zeros = False
+        p.lost = None
+        g = t.grad
+        p.grad_mark = None if g is None else (id(g), g._version)
+        ev.filled.append(p.id)
+
+    def _before_backward(self, roots: Any) -> Event | None:
+        file, line, frame = self._where()
+        self._check_manual(file, line)
+        ev = self._event("backward", file, line)
+        if ev is not None:
+            self._track(_leaves(roots), frame)
+            self._sync(self.order, None)
+        return ev
+
+    def _wrap_backward(self, *, tensor_method: bool) -> Callable[[Any], Any]:
+        def make(original: Any) -> Any:
+            def backward(*args: Any, **kwargs: Any) -> Any:
+                if self._busy or not self.installed:
+                    return original(*args, **kwargs)
+                try:
+                    ev = self._before_backward(args[0] if args else kwargs.get("tensors"))
+                except Exception as exc:
+                    self._broken(exc)
+                    ev = None
+                self._current = ev
+                self._busy += 1
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    self._busy -= 1
+                    self._current = None
+                    self._maybe_close()
+
+            backward.__wrapped__ = original  # type: ignore[attr-defined]
+            backward.__doc__ = original.__doc__
+            return backward
+
+        return make
+
+    def _wrap_zero_grad(self, *, optimizer: bool) -> Callable[[Any], Any]:
+        def make(original: Any) -> Any:
+            def zero_grad(obj: Any, *args: Any, **kwargs: Any) -> Any:
+                if self._busy or not self.installed:
+                    return original(obj, *args, **kwargs)
+                try:
+                    ev, ps = self._before_zero_grad(obj, optimizer)
+                except Exception as exc:
+                    self._broken(exc)
+                    ev, ps = None, []
+                self._busy += 1
+                try:
+                    return original(obj, *args, **kwargs)
+                finally:
+                    self._busy -= 1
+                    if ev is not None:
+                        try:
+                            self._after_zero_grad(ev, ps, optimizer)
+                        except Exception as exc:
+                            self._broken(exc)
+                    self._maybe_close()
+
+            zero_grad.__wrapped__ = original  # type: ignore[attr-defined]
+            zero_grad.__doc__ = original.__doc__
+            return zero_grad
+
+        return make
+
+    def _before_zero_grad(self, obj: Any, optimizer: bool) -> tuple[Event | None, list[Param]]:
+        file, line, frame = self._where()
+        self._check_manual(file, line)
+        if optimizer:
+            tensors = [t for g in obj.param_groups for t in g["params"]]
+            who = self._optim(obj, frame).name
+        else:
+            tensors = list(obj.parameters())
+            who = type(obj).__name__
+        ps = self._track(tensors, frame)
+        self._sync(self.order, None)
+        return self._event("zero_grad", file, line, who=who, params=[p.id for p in ps]), ps
+
+    def _after_zero_grad(self, ev: Event, ps: list[Param], optimizer: bool) -> None:
+        for p in ps:
+            g = p.tensor.grad
+            if g is None or (id(g), g._version) != p.grad_mark:
+                self._cleared(p, ev, zeros=g is not None)
+        if not optimizer:
+            self._module_clears.append((ev.index, {p.id for p in ps}, ev.who))
+
+    def _optim(self, obj: Any, frame: Any) -> Optim:
+        o = self.optims.get(id(obj))
+        if o is None:
+            tensors = [t for g in obj.param_groups for t in g["params"]]
+            ps = self._track(tensors, frame)
+            o = Optim(len(self.optims), obj, f"{type(obj).__name__} #{len(self.optims)}", [p.id for p in ps])
+            for p in ps:
+                if p.optimizer is None:
+                    p.optimizer = o.id
+            self.optims[id(obj)] = o
+        return o
+
+    def _step_pre(self, obj: Any, args: Any, kwargs: Any) -> None:
+        if not self.installed or self._busy:
+            return
+        try:
+            self._step_pre_body(obj)
+        except Exception as exc:
+            self._broken(exc)
+        self._busy += 1
+
+    def _step_post(self, obj: Any, args: Any, kwargs: Any) -> None:
+        if not self.installed:
+            return
+        self._busy = max(self._busy - 1, 0)
+        try:
+            self._step_post_body(obj)
+        except Exception as exc:
+            self._broken(exc)
+
+    def _step_pre_body(self, obj: Any) -> None:
+        file, line, frame = self._where()
+        self._check_manual(file, line)
+        o = self._optim(obj, frame)
+        ps = [self.order[i] for i in o.params]
+        self._sync(self.order, None)
+        ev = self._event("step", file, line, who=o.name, params=list(o.params))
+        if ev is None:
+            return
+        if o.first_step is None:
+            o.first_step = ev
+        self._before_update(ps, ev, o)
+        # A parameter cleared to zeros that the step may still move (momentum, weight decay).
+        self._pending = {p.id: (self._values(p), True) for p in ps if p.zeros and p.tensor.grad is not None}
+        self._record(ps, ev, grads=True)
+
+    def _step_post_body(self, obj: Any) -> None:
+        o = self.optims.get(id(obj))
+        if o is None or not self.events or self.events[-1].op != "step":
+            return
+        ev = self.events[-1]
+        ps = [self.order[i] for i in o.params]
+        moved: list[str] = []
+        for p in ps:
+            if p.id in self._pending:
+                before = self._pending[p.id][0]
+                import torch
+
+                flat = p.tensor.detach().reshape(-1)
+                now = flat[p.sample] if p.sample is not None else flat
+                if not torch.equal(now, before):
+                    moved.append(p.name)
+            p.value_mark = self._fingerprint(p)
+        if moved:
+            names = ", ".join(moved[:4]) + (f" and {len(moved) - 4} more" if len(moved) > 4 else "")
+            one = len(moved) == 1
+            self._report(
+                ev.file,
+                ev.line,
+                "info",
+                f"step() moved {names} although {'its' if one else 'their'} .grad "
+                f"{'was' if one else 'were'} zeros, not None: momentum or weight decay still acts on "
+                f"{'it' if one else 'them'} (zero_grad(set_to_none=True) would leave "
+                f"{'it' if one else 'them'} alone)",
+                "zeros-moved",
+            )
+        self._pending = {}
+        self._after_update(ps, ev, o)
+
+    def _check_manual(self, file: str, line: int) -> None:
+        """Leaves that received gradients and changed since last seen: a manual update."""
+        moved = [
+            p
+            for p in self.order
+            if p.ever_filled and p.tensor is not None and p.value_mark is not None and self._moved(p)
+        ]
+        if not moved:
+            return
+        where = _update_line(file, line, moved)
+        ev = self._event("update", where[0], where[1], params=[p.id for p in moved])
+        if ev is None:
+            return
+        self._before_update(moved, ev, None)
+        self._record(moved, ev, grads=True)
+        for p in moved:
+            p.value_mark = self._fingerprint(p)
+        self._after_update(moved, ev, None)
+        # Whatever cleared .grad since the last event is taken to have come after the update.
+        self._sync(moved, None)
+
+    # ------------------------------------------------------------ updates
+
+    def _before_update(self, ps: list[Param], ev: Event, o: Optim | None) -> None:
+        """Findings from the states of ``ps`` just before the update ``ev`` uses their ``.grad``."""
+        e = ev.index
+        what = "step()" if ev.op == "step" else "the update"
+        self._report_carried([p for p in ps if p.carried is not None])
+        foreign: dict[int, tuple[Event, list[str]]] = {}
+        for p in ps:
+            if p.lost is not None and not p.fills:
+                b, c = self.events[p.lost[0]], self.events[p.lost[1]]
+                seen = "zeros" if p.zeros else "None"
+                self._report(
+                    c.file,
+                    c.line,
+                    "warning",
+                    f"{c.op}() cleared the .grad that backward() at line {b.line} had filled, before "
+                    f"{what} at line {ev.line} used it; {what} sees {seen}: nothing is learned",
+                    "lost",
+                )
+                p.lost = None
+            # A backward filled this .grad, then another optimizer stepped; this one steps on it uncleared.
+            if o is not None and len(p.fills) > 1 and p.carried is None:
+                for b_index in p.fills[:-1]:
+                    other = self._other_step(b_index, e, o)
+                    if other is not None:
+                        foreign.setdefault(b_index, (other, []))[1].append(p.name)
+                        p.fills = [f for f in p.fills if f != b_index]
+                        break
+        for b_index, (other, names) in foreign.items():
+            b = self.events[b_index]
+            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            self._report(
+                b.file,
+                b.line,
+                "warning",
+                f"backward() filled the .grad of parameters of another optimizer ({shown}), which "
+                f"steps on them at line {ev.line} without clearing them first: this loss, meant for "
+                f"the step at line {other.line}, leaks into that update (detach() the input the two "
+                "losses share?)",
+                "foreign",
+            )
+        if o is not None and ps:
+            ks = [len(p.fills) for p in ps if p.fills and p.carried is None]
+            if ks and max(ks) > 1:
+                o.k_counts.add(max(ks))
+                for p in ps:
+                    for f in p.fills:
+                        o.k_lines.add((self.events[f].file, self.events[f].line))
+
+    def _report_carried(self, ps: list[Param]) -> None:
+        """Finding 1 for each backward that added to a used ``.grad``; finding 3 where a module's
+        zero_grad() ran in between but left the parameter out."""
+        plain: dict[tuple[int, int], list[Param]] = {}
+        for p in ps:
+            assert p.carried is not None
+            module = self._module_missed(p, p.carried[1], p.carried[0])
+            if module is None:
+                plain.setdefault(p.carried, []).append(p)
+                continue
+            z, cls = module
+            o = next(op for op in self.optims.values() if op.id == p.optimizer)
+            at = o.first_step.line if o.first_step is not None else self.events[p.carried[1]].line
+            self._report(
+                z.file,
+                z.line,
+                "warning",
+                f"{cls}.zero_grad() clears only its module's parameters; {p.name} is held by the "
+                f"optimizer stepped at line {at} but lies outside the module, so its .grad carries "
+                "over from step to step (call the optimizer's zero_grad())",
+                "module-missed",
+            )
+        for (b_index, u_index), group in plain.items():
+            b, u = self.events[b_index], self.events[u_index]
+            if u.op == "step":
+                used, fix = f"the step at line {u.line}", "optimizer.zero_grad()"
+            else:
+                used = f"the update at line {u.line}"
+                group = sorted(group, key=lambda p: _update_line(u.file, 0, [p])[1])  # as the code has them
+                fix = " and ".join(f"{_short(p.name)}.grad.zero_()" for p in group[:3])
+            self._report(
+                b.file,
+                b.line,
+                "warning",
+                f"backward() added to .grad that still held the gradient used by {used}; "
+                f"nothing cleared it in between (missing {fix}?)",
+                "carried",
+            )
+
+    def _after_update(self, ps: list[Param], ev: Event, o: Optim | None) -> None:
+        e = ev.index
+        for p in ps:
+            g = p.tensor.grad
+            if g is not None:
+                p.used_by = e
+                p.carried = None
+        if o is not None:
+            o.steps += 1
+        self.updates += 1
+        counts = [op.steps for op in self.optims.values()]
+        if max(counts, default=self.updates) >= self.limit:
+            self._closing = True
+
+    def _module_missed(self, p: Param, update: int, backward: int) -> tuple[Event, str] | None:
+        o = next((op for op in self.optims.values() if op.id == p.optimizer), None)
+        if o is None:
+            return None
+        held = set(o.params)
+        for z, members, cls in self._module_clears:
+            if update < z < backward and p.id not in members and members & held:
+                return self.events[z], cls
+        return None
+
+    def _other_step(self, b_index: int, now: int, o: Optim) -> Event | None:
+        filled = set(self.events[b_index].filled)
+        for ev in self.events[b_index + 1 : now]:
+            if ev.op == "step" and ev.who != o.name and filled & set(ev.params):
+                return ev
+        return None
+
+    def _record(self, ps: list[Param], ev: Event, *, grads: bool) -> None:
+        """Norms and values (or samples) of ``ps`` and their ``.grad``, kept as tensors until saved."""
+        import torch
+
+        with torch.no_grad():
+            tensors = [p.tensor.detach() for p in ps]
+            norms = torch.stack(torch._foreach_norm(tensors)) if tensors else None
+            have = [i for i, p in enumerate(ps) if p.tensor.grad is not None]
+            gnorms = (
+                torch.stack(torch._foreach_norm([ps[i].tensor.grad.detach() for i in have])) if have else None
+            )
+            values = [self._values(p) for p in ps]
+            gvalues = {i: _pick(ps[i].tensor.grad.detach(), ps[i].sample) for i in have}
+        self.records.append(
+            {
+                "event": ev.index,
+                "step": self.updates,
+                "op": ev.op,
+                "ids": [p.id for p in ps],
+                "whole": [p.sample is None for p in ps],
+                "norms": norms,
+                "have": have,
+                "gnorms": gnorms,
+                "values": values,
+                "gvalues": gvalues,
+            }
+        )
+
+    def update_records(self) -> list[dict[str, Any]]:
+        """The records of each update as plain JSON values."""
+        out = []
+        for r in self.records:
+            norms = _floats(r["norms"]) if r["norms"] is not None else []
+            gn = dict(zip(r["have"], _floats(r["gnorms"]), strict=True)) if r["gnorms"] is not None else {}
+            params: dict[str, Any] = {}
+            for i, pid in enumerate(r["ids"]):
+                entry: dict[str, Any] = {"norm": norms[i], "grad": gn.get(i, "none")}
+                key = "values" if r["whole"][i] else "sample"
+                entry[key] = _floats(r["values"][i])
+                if i in r["gvalues"]:
+                    entry["grad_" + key] = _floats(r["gvalues"][i])
+                params[str(pid)] = entry
+            out.append({"event": r["event"], "step": r["step"], "op": r["op"], "params": params})
+        return out
+
+    # --------------------------------------------------------------- end
+
+    def _finish(self) -> None:
+        if self.events and self.order:
+            self._check_manual_end()
+        if self._closing:  # the script goes on: a carried .grad will be used by the next update
+            self._report_carried([p for p in self.order if p.carried is not None and p.tensor is not None])
+        for o in self.optims.values():
+            if o.first_step is None:
+                continue
+            never = [self.order[i] for i in o.params if not self.order[i].ever_filled]
+            if never and any(ev.op == "backward" for ev in self.events):
+                names = ", ".join(p.name for p in never[:4]) + (
+                    f" and {len(never) - 4} more" if len(never) > 4 else ""
+                )
+                n = len(never)
+                self._report(
+                    o.first_step.file,
+                    o.first_step.line,
+                    "info",
+                    f"the optimizer stepped here holds {n} parameter{'s' if n != 1 else ''} that never "
+                    f"received a gradient in the observed steps ({names})",
+                    f"never:{o.id}",
+                )
+            if o.k_counts and o.first_step is not None:
+                ks = sorted(o.k_counts)
+                k = str(ks[0]) if len(ks) == 1 else f"{ks[0]} to {ks[-1]}"
+                lines = sorted({ln for _, ln in o.k_lines})
+                at = ", ".join(map(str, lines[:4]))
+                divide = f"by {ks[0]}" if len(ks) == 1 else "by their number"
+                self._report(
+                    o.first_step.file,
+                    o.first_step.line,
+                    "info",
+                    f"{k} backward() calls (line{'s' if len(lines) > 1 else ''} {at}) add into .grad "
+                    f"before each step() here; if the loss is meant as an average over them, divide each "
+                    f"loss {divide}",
+                    f"k:{o.id}",
+                )
+
+    def _check_manual_end(self) -> None:
+        if not any(p.ever_filled for p in self.order if p.tensor is not None):
+            return
+        last = self.events[-1]
+        self._check_manual(last.file, last.line)
+        # A .grad carried into an update that only the end can tell: nothing more is coming.
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _pick(t: Any, sample: Any) -> Any:
+    flat = t.reshape(-1)
+    return flat[sample] if sample is not None else flat.clone()
+
+
+def _floats(t: Any) -> list[float]:
+    """A tensor's values as the shortest decimals that give back its float32 values."""
+
+    return [float(str(v)) for v in t.detach().float().cpu().numpy().reshape(-1)]
+
+
+def _leaves(roots: Any) -> list[Any]:
+    """The leaf tensors a backward from ``roots`` accumulates into (its graph's AccumulateGrad nodes)."""
+    import torch
+
+    if roots is None:
+        return []
+    if isinstance(roots, torch.Tensor):
+        roots = [roots]
+    try:
+        roots = list(roots)
+    except TypeError:
+        return []
+    out: list[Any] = []
+    seen_nodes: set[int] = set()
+    seen_leaves: set[int] = set()
+    stack = []
+    for r in roots:
+        if isinstance(r, torch.Tensor):
+            if r.grad_fn is not None:
+                stack.append(r.grad_fn)
+            elif r.requires_grad and r.is_leaf and id(r) not in seen_leaves:
+                seen_leaves.add(id(r))
+                out.append(r)
+    while stack:
+        node = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        var = getattr(node, "variable", None)
+        if var is not None:
+            if id(var) not in seen_leaves:
+                seen_leaves.add(id(var))
+                out.append(var)
+            continue
+        for nxt, _ in node.next_functions:
+            if nxt is not None:
+                stack.append(nxt)
+    return out
+
+
+def _names(tensors: list[Any], frame: Any) -> dict[int, str]:
+    """Names for tensors from the caller's variables: ``W`` or ``model.fc.weight``."""
+    import torch
+
+    wanted = {id(t) for t in tensors}
+    names: dict[int, str] = {}
+    f = frame
+    depth = 0
+    while f is not None and depth < 3 and len(names) < len(wanted):
+        for scope in (f.f_locals, f.f_globals):
+            for var, value in list(scope.items()):
+                if var.startswith("__"):
+                    continue
+                if isinstance(value, torch.Tensor):
+                    if id(value) in wanted and id(value) not in names:
+                        names[id(value)] = var
+                elif isinstance(value, torch.nn.Module):
+                    try:
+                        for pname, t in value.named_parameters():
+                            if id(t) in wanted and id(t) not in names:
+                                names[id(t)] = f"{var}.{pname}"
+                    except Exception:
+                        continue
+        f = f.f_back
+        depth += 1
+    return names
+
+
+def _short(name: str) -> str:
+    return name if name.isidentifier() else "p"
+
+
+def _update_line(file: str, line: int, moved: list[Param]) -> tuple[str, int]:
+    """Where a manual update most likely is: a line of ``file`` that updates a moved leaf in place."""
+    try:
+        with open(file, encoding="utf-8", errors="replace") as fh:
+            lines = fh.readlines()[:SOURCE_LINES]
+    except OSError:
+        return file, line
+    found: list[int] = []
+    for p in moved:
+        name = re.escape(p.name)
+        pattern = re.compile(rf"(^|[^\w.]){name}(\.data)?\s*(-=|\+=|\*=|\.(sub_|add_|copy_|mul_|addcmul_)\()")
+        for i, text in enumerate(lines, 1):
+            if pattern.search(text) and not text.lstrip().startswith("#"):
+                found.append(i)
+                break
+    return (file, min(found)) if found else (file, line)
+
+
+def read_sources(files: list[str]) -> dict[str, list[str]]:
+    """The lines of the user's files that ran, read from the files, bounded in size."""
+    out: dict[str, list[str]] = {}
+    for path in files[:SOURCE_FILES]:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                lines = []
+                for i, text in enumerate(fh):
+                    if i >= SOURCE_LINES:
+                        break
+                    lines.append(text.rstrip("\r\n")[:500])
+        except OSError:
+            continue
+        out[path] = lines
+    return out

@@ -1,0 +1,238 @@
+"""Small training scripts in the style people write them, each a few iterations of a tiny model."""
+
+HEADER = """\
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+x = torch.randn(16, 2)
+y = x @ torch.tensor([[2.0], [-1.0]]) + 0.5
+"""
+
+TUTORIAL = (
+    HEADER
+    + """\
+model = nn.Linear(2, 1)
+loss_fn = nn.MSELoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+for epoch in range(5):
+    optimizer.zero_grad()
+    pred = model(x)
+    loss = loss_fn(pred, y)
+    loss.backward()
+    optimizer.step()
+print(f"loss {loss.item():.4f}")
+"""
+)
+
+# The loop from the documentation of torch.optim (zero_grad, forward, backward, step), over a dataset.
+DOCS = (
+    HEADER
+    + """\
+model = nn.Linear(2, 1)
+loss_fn = nn.MSELoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+dataset = [(x[i : i + 4], y[i : i + 4]) for i in range(0, 16, 4)]
+
+for input, target in dataset:
+    optimizer.zero_grad()
+    output = model(input)
+    loss = loss_fn(output, target)
+    loss.backward()
+    optimizer.step()
+"""
+)
+
+ACCUMULATION = (
+    HEADER
+    + """\
+model = nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+k = 4
+
+optimizer.zero_grad()
+for i in range(16):
+    loss = ((model(x[i : i + 1]) - y[i : i + 1]) ** 2).mean()
+    loss.backward()
+    if (i + 1) % k == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+)
+
+FORGOT = (
+    HEADER
+    + """\
+model = nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+for step in range(5):
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+)
+
+CLEARED_BEFORE_STEP = (
+    HEADER
+    + """\
+model = nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+for step in range(5):
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    optimizer.zero_grad()
+    optimizer.step()
+"""
+)
+
+MODULE_ZERO_GRAD = (
+    HEADER
+    + """\
+model = nn.Linear(2, 1, bias=False)
+offset = torch.zeros(1, requires_grad=True)
+optimizer = torch.optim.SGD([*model.parameters(), offset], lr=0.05)
+
+for step in range(5):
+    model.zero_grad()
+    loss = ((model(x) + offset - y) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+)
+
+SET_TO_NONE_FALSE = (
+    HEADER
+    + """\
+model = nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+for step in range(5):
+    optimizer.zero_grad(set_to_none=False)
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+)
+
+GAN = """\
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+G = nn.Linear(1, 1)
+D = nn.Sequential(nn.Linear(1, 1), nn.Sigmoid())
+opt_g = torch.optim.SGD(G.parameters(), lr=0.1)
+opt_d = torch.optim.SGD(D.parameters(), lr=0.1)
+bce = nn.BCELoss()
+real = torch.randn(8, 1) + 3
+
+for step in range(4):
+    opt_d.zero_grad()
+    opt_g.zero_grad()
+    fake = G(torch.randn(8, 1))
+    loss_d = bce(D(real), torch.ones(8, 1)) + bce(D(FAKE), torch.zeros(8, 1))
+    loss_d.backward(retain_graph=True)
+    opt_d.step()
+    loss_g = bce(D(fake), torch.ones(8, 1))
+    loss_g.backward()
+    opt_g.step()
+"""
+GAN_NO_DETACH = GAN.replace("FAKE", "fake")
+GAN_DETACH = GAN.replace("FAKE", "fake.detach()")
+
+MANUAL_ZEROES = (
+    HEADER
+    + """\
+W = torch.zeros(2, 1, requires_grad=True)
+b = torch.zeros(1, requires_grad=True)
+lr = 0.1
+
+for step in range(5):
+    loss = ((x @ W + b - y) ** 2).mean()
+    loss.backward()
+    with torch.no_grad():
+        W -= lr * W.grad
+        b -= lr * b.grad
+        W.grad.zero_()
+        b.grad.zero_()
+"""
+)
+
+MANUAL_NEVER_ZEROES = (
+    HEADER
+    + """\
+W = torch.zeros(2, 1, requires_grad=True)
+b = torch.zeros(1, requires_grad=True)
+lr = 0.01
+
+for step in range(5):
+    loss = ((x @ W + b - y) ** 2).mean()
+    loss.backward()
+    with torch.no_grad():
+        W -= lr * W.grad
+        b -= lr * b.grad
+"""
+)
+
+GRAD_IS_NONE = (
+    HEADER
+    + """\
+W = torch.zeros(2, 1, requires_grad=True)
+lr = 0.1
+
+for step in range(5):
+    loss = ((x @ W - y) ** 2).mean()
+    with torch.no_grad():
+        W -= lr * W.grad
+    loss.backward()
+"""
+)
+
+FROZEN = (
+    HEADER
+    + """\
+model = nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 1))
+unused = nn.Linear(4, 1)
+optimizer = torch.optim.SGD([*model.parameters(), *unused.parameters()], lr=0.01)
+
+for step in range(5):
+    optimizer.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+)
+
+ZEROS_MOVED = (
+    HEADER
+    + """\
+model = nn.Linear(2, 1)
+head = nn.Linear(2, 1)
+optimizer = torch.optim.SGD([*model.parameters(), *head.parameters()], lr=0.1, momentum=0.9)
+
+for step in range(6):
+    optimizer.zero_grad(set_to_none=False)
+    use_head = step < 2
+    out = head(x) if use_head else model(x)
+    loss = ((out - y) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+)
+
+EXITS = (
+    TUTORIAL
+    + """\
+import sys
+sys.exit(4)
+"""
+)
+
+ARGS = """\
+import sys
+print(" ".join(sys.argv[1:]))
+print(__name__)
+"""
