@@ -548,12 +548,14 @@ class Observer:
                 "foreign",
             )
         if o is not None and ps:
-            ks = [len(p.fills) for p in ps if p.fills and p.carried is None]
-            if ks and max(ks) > 1:
+            # Accumulation: one backward line run k times before a step. Different losses' backwards
+            # (lines of their own) add up by design and get no note.
+            filled = [p for p in ps if p.fills and p.carried is None]
+            lines = {(self.events[f].file, self.events[f].line) for p in filled for f in p.fills}
+            ks = [len(p.fills) for p in filled]
+            if ks and max(ks) > 1 and len(lines) == 1:
                 o.k_counts.add(max(ks))
-                for p in ps:
-                    for f in p.fills:
-                        o.k_lines.add((self.events[f].file, self.events[f].line))
+                o.k_lines |= lines
 
     def _report_carried(self, ps: list[Param]) -> None:
         """Finding 1 for each backward that added to a used ``.grad``; finding 3 where a module's

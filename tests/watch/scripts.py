@@ -236,3 +236,55 @@ import sys
 print(" ".join(sys.argv[1:]))
 print(__name__)
 """
+
+# The DCGAN tutorial's shape: two losses into the discriminator, zero_grad of each net before its own.
+DCGAN = """\
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+netG = nn.Linear(1, 1)
+netD = nn.Sequential(nn.Linear(1, 1), nn.Sigmoid())
+optG = torch.optim.Adam(netG.parameters())
+optD = torch.optim.Adam(netD.parameters())
+bce = nn.BCELoss()
+
+for i in range(4):
+    netD.zero_grad()
+    errD_real = bce(netD(torch.randn(8, 1) + 3), torch.ones(8, 1))
+    errD_real.backward()
+    fake = netG(torch.randn(8, 1))
+    errD_fake = bce(netD(fake.detach()), torch.zeros(8, 1))
+    errD_fake.backward()
+    optD.step()
+    netG.zero_grad()
+    errG = bce(netD(fake), torch.ones(8, 1))
+    errG.backward()
+    optG.step()
+"""
+
+# Mini-batches, clipping, a scheduler, model.zero_grad() after the step, evaluation under no_grad.
+EPOCHS = """\
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2)
+
+for epoch in range(2):
+    model.train()
+    for xb, yb in DataLoader(data, batch_size=8, shuffle=True):
+        loss = nn.functional.mse_loss(model(xb), yb)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        model.zero_grad()
+    scheduler.step()
+    model.eval()
+    with torch.no_grad():
+        model(torch.randn(4, 4))
+"""

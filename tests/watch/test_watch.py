@@ -49,8 +49,10 @@ def findings(proc: subprocess.CompletedProcess) -> list[str]:
         scripts.SET_TO_NONE_FALSE,
         scripts.GAN_DETACH,
         scripts.MANUAL_ZEROES,
+        scripts.DCGAN,
+        scripts.EPOCHS,
     ],
-    ids=["tutorial", "docs", "set-to-none-false", "gan-detach", "manual-sgd"],
+    ids=["tutorial", "docs", "set-to-none-false", "gan-detach", "manual-sgd", "dcgan", "epochs"],
 )
 def test_a_correct_loop_gets_no_finding(tmp_path, source):
     proc = watch(tmp_path, source)
