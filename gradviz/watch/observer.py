@@ -133,6 +133,8 @@ class Observer:
         self._skip: tuple[str, ...] = ()
         self.files: list[str] = []
         self._whole = 0  # elements of the parameters recorded whole
+        self._backwards = 0
+        self._quiet = 0  # backwards in a row whose graph held no new leaf
 
     # ------------------------------------------------------------ install
 
@@ -327,7 +329,13 @@ class Observer:
         self._check_manual(file, line)
         ev = self._event("backward", file, line)
         if ev is not None:
-            self._track(_leaves(roots), frame)
+            # The graph is walked for new leaves at each backward until three in a row found none,
+            # then at every tenth: a loop's leaves are the same from one iteration to the next.
+            self._backwards += 1
+            if self._quiet < 3 or self._backwards % 10 == 0:
+                known = len(self.order)
+                self._track(_leaves(roots), frame)
+                self._quiet = 0 if len(self.order) > known else self._quiet + 1
             self._sync(self.order, None)
         return ev
 
