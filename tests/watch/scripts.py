@@ -288,3 +288,18 @@ for epoch in range(2):
     with torch.no_grad():
         model(torch.randn(4, 4))
 """
+
+GRAD_NONE_AFTER_ZERO_GRAD = (
+    HEADER
+    + """\
+W = torch.zeros(2, 1, requires_grad=True)
+optimizer = torch.optim.SGD([W], lr=0.1)
+
+for step in range(3):
+    loss = ((x @ W - y) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    print(f"grad norm {W.grad.norm():.3f}")
+"""
+)

@@ -237,3 +237,15 @@ def test_a_broken_recording_is_one_sentence(tmp_path):
     broken["updates"][0]["params"] = {"99": {"norm": 1, "grad": 1}}
     assert "unknown parameter" in _rec(tmp_path, json.dumps(broken))
     assert "NaN" in _rec(tmp_path, good.replace('"version":1', '"version":NaN'))
+
+
+def test_a_grad_that_zero_grad_set_to_none_says_so(tmp_path):
+    src = scripts.GRAD_NONE_AFTER_ZERO_GRAD
+    proc = watch(tmp_path, src)
+    assert proc.returncode == 1
+    assert "AttributeError: 'NoneType' object has no attribute 'norm'" in proc.stderr
+    line, zero = _line(src, "W.grad.norm()"), _line(src, "optimizer.zero_grad()")
+    assert proc.stderr.splitlines()[-1] == (
+        f"train.py:{line}: error: W.grad is None here: zero_grad() at line {zero} set it to None "
+        "(set_to_none=True is its default)"
+    )
