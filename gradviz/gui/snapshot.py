@@ -22,12 +22,13 @@ def write_snapshot(
     scenario_arg:
         A built-in scenario name or a scenario file.
     output:
-        The PNG file to write (replaced atomically).
+        The PNG file to write (replaced atomically); its name ends in ``.png``.
     ops:
         Ticks to perform before the picture (fewer if every run stops first), 0 to
         :data:`~gradviz.engine.scenario.SNAPSHOT_OPS`'s 10,000.
     size:
-        Width and height of the window in pixels.
+        Width and height of the window in pixels, and so of the picture. A size
+        the window cannot be made as small as is refused, never enlarged.
     presentation:
         Render in presentation mode: large type, no chrome, the presentation views.
     three_d:
@@ -39,7 +40,8 @@ def write_snapshot(
     Raises
     ------
     UserError
-        For an unknown scenario, an invalid file, or an output path that cannot be written.
+        For an unknown scenario, an invalid file, an output path that cannot be written
+        or that does not end in ``.png``, or a size smaller than the window can be.
     """
     from gradviz.engine.errors import UserError, quoted
     from gradviz.engine.scenario import SNAPSHOT_OPS, check_bounds
@@ -49,6 +51,9 @@ def write_snapshot(
 
     check_bounds(ops, SNAPSHOT_OPS, None, "--ops")  # the window's lab keeps every op
     check_output_file(output)  # the same check as an export's, before any work
+    if not output.lower().endswith(".png"):
+        shown = quoted(output, 160, bare=True)
+        raise UserError(f"{shown}: snapshot writes PNG; allowed: a name ending in .png.")
     if three_d and not has_display():
         raise UserError(
             "--3d draws with OpenGL, which needs a display; without one, run it under a virtual "
@@ -76,6 +81,14 @@ def write_snapshot(
         app.processEvents()
         window.redraw()
         app.processEvents()
+        if (window.width(), window.height()) != size:
+            # The views' readable minimums hold the window larger than asked: say so, write nothing.
+            need = max(size[0], window.width()), max(size[1], window.height())
+            raise UserError(
+                f"{size[0]}x{size[1]} is too small for the window"
+                f"{' in presentation mode' if presentation else ''}: it needs at least "
+                f"{need[0]}x{need[1]}; choose a larger --size."
+            )
         save_png(window.grab().toImage(), output)
     finally:
         controller.shutdown()
