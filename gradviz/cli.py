@@ -242,8 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--views",
         metavar="LIST",
-        help="comma-separated from surface,grads,code,timeline (default: all; with --presentation: "
-        "code,surface,grads) and surface3d, the 3-D surface (needs OpenGL: run under xvfb-run -a "
+        help="comma-separated from surface,grads,code,timeline (default: those of all, or with "
+        "--presentation of code,surface,grads, that --size holds readably) and surface3d, "
+        "the 3-D surface (needs OpenGL: run under xvfb-run -a "
         "without a display)",
     )
     e.add_argument("--caption", choices=("narration", "none"), default="narration", help="sentence per frame")
@@ -482,16 +483,23 @@ def _export(args: argparse.Namespace) -> int:
     from gradviz.export.outputs import check_fps
     from gradviz.export.progress import ProgressBar
     from gradviz.gui.export_frames import ExportRange, FrameStyle, export_animation
-    from gradviz.gui.layout import parse_views
+    from gradviz.gui.layout import DEFAULT_VIEWS, PRESENTATION_VIEWS, parse_views
 
     output = check_output(args.output)  # before building the lab: a typo in the path should fail at once
     check_fps(args.fps, output)
     _check_export_range(args)
-    # Presentation mode shows the window's presentation views unless told otherwise.
-    default = "code,surface,grads" if args.presentation else "surface,grads,code,timeline"
-    views = parse_views(args.views or default)
+    # Presentation mode shows the window's presentation views unless told otherwise. Views asked
+    # for must fit the size; the default ones give way, the lesson's leading ones last.
+    default = PRESENTATION_VIEWS if args.presentation else DEFAULT_VIEWS
+    views = parse_views(args.views) if args.views else default
     size = args.size or ((640, 480) if len(views) == 1 else (1280, 720))
-    style = FrameStyle(size, views, caption=args.caption == "narration", presentation=args.presentation)
+    style = FrameStyle(
+        size,
+        views,
+        caption=args.caption == "narration",
+        presentation=args.presentation,
+        fit=not args.views,
+    )
     frames = ExportRange(args.per_frame, args.first, args.last, args.ops, args.iterations)
     scenario = load_scenario(args.scenario).with_overrides(lr=args.lr, device=args.device)
     notes: list[str] = []

@@ -4,7 +4,14 @@ A :class:`FrameRenderer` owns a lab stepped synchronously (the same controller
 and worker classes as the window, inline instead of on a thread) and an
 :class:`ExportFrame` holding fresh instances of the chosen views. Every frame
 draws one moment of the tape with those views, so an export looks exactly
-like the window at that moment.
+like the window at that moment, less what has not happened yet.
+
+Before the first frame the lab is stepped to the last one and every moment is
+drawn once: the axes then keep the ranges that hold the whole export, wrapped
+labels and the inspector's rows the room of their tallest content, and the
+code panel its scroll position, so nothing moves from frame to frame. Whether
+the size holds the views readably is checked on the frame so laid out
+(:meth:`ExportFrame.problems`); default views give way to a small size.
 
 Models that are not two-parameter get their surface over a plane through weight
 space, computed once before the first frame, inline, and kept for the whole
@@ -15,22 +22,43 @@ platform, and nothing else imports ``pyqtgraph.opengl``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from PySide6.QtCore import QEvent, QPoint, QRect, Qt
-from PySide6.QtGui import QFontMetrics, QImage, QPainter
-from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt
+from PySide6.QtGui import QFontMetrics, QImage, QPainter, QRegion
+from PySide6.QtWidgets import (
+    QAbstractScrollArea,
+    QApplication,
+    QGraphicsView,
+    QHBoxLayout,
+    QLabel,
+    QLayout,
+    QStackedLayout,
+    QTableWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from gradviz.export.base import FrameWriter, Progress
 from gradviz.export.interrupt import check_interrupt
 from gradviz.export.palette import RGB, hex_rgb
 from gradviz.export.plan import FramePlan, plan_frames
 from gradviz.gui.display import frames_application
-from gradviz.gui.layout import DEFAULT_VIEWS, PRESENTATION_MIN_SCALE, VIEWS, WINDOW_LAYOUT, position_text
+from gradviz.gui.layout import (
+    DEFAULT_VIEWS,
+    PRESENTATION_MIN_SCALE,
+    SURFACES,
+    VIEWS,
+    WINDOW_LAYOUT,
+    position_text,
+    views_for,
+)
 from gradviz.gui.narration import narrate
 from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, PlaneSurface
 from gradviz.gui.theme import (
@@ -47,6 +75,7 @@ from gradviz.gui.views.surface import SurfaceView
 from gradviz.gui.widgets import fix_lines
 
 if TYPE_CHECKING:
+    from gradviz.engine.lesson import Lesson
     from gradviz.engine.scenario import Scenario
     from gradviz.gui.controller import Controller
     from gradviz.gui.views.surface3d import Surface3DView
@@ -60,6 +89,57 @@ MIN_CAPTION_POINTS = 7.0
 EXPORT_PLANE = "pca"
 DRAG_HINT = " Drag to rotate, wheel to zoom."
 FALLBACK_PLANE = "random"
+# Room kept around the paths on a true surface, a share of its range on each side.
+SURFACE_MARGIN = 0.04
+# Code lines narrower than this many characters wrap too often to read.
+MIN_CODE_CHARS = 20
+# How many moments an export draws beforehand to learn the tallest text and rows it will show.
+RESERVE_SAMPLES = 400
+# The largest frame the command line takes (see cli.SIZES).
+LARGEST = (7680, 4320)
+# Which default views a size that cannot hold them all keeps longest.
+KEEP_FIRST = ("surface", "code", "grads", "timeline")
+KEEP_FIRST_GRADS = ("surface", "grads", "code", "timeline")
+
+
+def keep_order(views: Sequence[str], lesson: Lesson | None) -> tuple[str, ...]:
+    """``views`` from the one kept longest to the one left out first when a frame is too small.
+
+    The surface and the code stay longest, then the ``.grad`` inspector, then the
+    timeline; a lesson that leads with ``.grad`` quantities of named parameters
+    keeps the inspector before the code.
+    """
+    leads_grads = lesson is not None and bool(lesson.show) and bool(lesson.params)
+    order = KEEP_FIRST_GRADS if leads_grads else KEEP_FIRST
+    return (*(v for v in order if v in views), *(v for v in views if v not in order))
+
+
+def fit_candidates(views: Sequence[str], lesson: Lesson | None) -> list[tuple[str, ...]]:
+    """The view sets a default export tries, in order: ``views`` less what the lesson leaves out,
+    then fewer, each set before any that lacks a view it keeps longer (see :func:`keep_order`).
+
+    With the usual order that is every view; no timeline; no ``.grad`` inspector (a timeline
+    may still fit where the inspector does not); neither; and only then sets without the code,
+    and last without the surface. Each set keeps the layout's order.
+    """
+    shown = views_for(lesson, views) or tuple(views)
+    ranked = keep_order(shown, lesson)
+    n = len(ranked)
+    out = []
+    # Counting down in binary over the ranked views: the first view is the highest bit.
+    for mask in range(2**n - 1, 0, -1):
+        kept = {v for i, v in enumerate(ranked) if mask >> (n - 1 - i) & 1}
+        out.append(tuple(v for v in shown if v in kept))
+    return out
+
+
+def spoken_list(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _rect_in(widget: QWidget, ancestor: QWidget) -> QRect:
+    return QRect(widget.mapTo(ancestor, QPoint(0, 0)), widget.size())
 
 
 @dataclass(frozen=True)
@@ -79,6 +159,10 @@ class FrameStyle:
         Large type, as in the window's presentation mode.
     theme:
         ``"light"`` or ``"dark"``.
+    fit:
+        ``views`` are a default rather than a request: those the size cannot hold
+        readably are left out, in :func:`keep_order`'s order, and the scenario's
+        lesson leaves out what it has no use for (its surface).
     """
 
     size: tuple[int, int] = (640, 480)
@@ -86,6 +170,7 @@ class FrameStyle:
     caption: bool = True
     presentation: bool = False
     theme: str = "light"
+    fit: bool = False
 
     @property
     def point_size(self) -> float:
@@ -121,6 +206,108 @@ def frame_colours(theme: Theme) -> list[RGB]:
         *OP_COLORS.values(),
     ]
     return [hex_rgb(c) for c in named]
+
+
+def _least(fits: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The least value in ``[lo, hi]`` for which ``fits`` holds (it holds at ``hi`` and above what fits)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def _laid_out(layout: QLayout) -> list[QWidget]:
+    """The widgets ``layout`` and the layouts inside it place (the shown page only, of a stack)."""
+    if isinstance(layout, QStackedLayout):
+        current = layout.currentWidget()
+        return [current] if current is not None else []
+    out: list[QWidget] = []
+    for i in range(layout.count()):
+        item = layout.itemAt(i)
+        if item is None:
+            continue
+        widget, inner = item.widget(), item.layout()
+        if widget is not None:
+            out.append(widget)
+        elif inner is not None:
+            out += _laid_out(inner)
+    return out
+
+
+def _widget_problems(widget: QWidget, name: str) -> list[str]:
+    """Text a widget cuts off: a label's lines, a table's rows or columns, a code line."""
+    if isinstance(widget, QLabel):
+        if not widget.text():
+            return []
+        if widget.wordWrap():
+            if widget.height() < widget.heightForWidth(widget.width()):
+                return [f"{name} cuts its text off below"]
+        elif widget.width() < widget.sizeHint().width():
+            return [f"{name} cuts its text off at the side"]
+        return []
+    if isinstance(widget, QTableWidget):
+        # Measured rather than read off the scroll bars, which follow only on a later layout pass.
+        out = []
+        edge = 2 * widget.frameWidth()
+        rows = sum(widget.rowHeight(r) for r in range(widget.rowCount()) if not widget.isRowHidden(r))
+        if rows + widget.horizontalHeader().height() + edge > widget.height():
+            out.append(f"{name} has rows out of sight")
+        columns = sum(
+            widget.columnWidth(c) for c in range(widget.columnCount()) if not widget.isColumnHidden(c)
+        )
+        if columns + edge > widget.width():
+            out.append(f"{name} has columns out of sight")
+        return out
+    if not isinstance(widget, QAbstractScrollArea) or isinstance(widget, QGraphicsView):
+        return []
+    if widget.horizontalScrollBar().isVisibleTo(widget):
+        return [f"{name} cuts lines off at the side"]
+    return []
+
+
+def _layout_problems(top: QWidget, layout: QLayout | None, bounds: QRect) -> list[str]:
+    """Overlaps, overflows and cut text among the widgets ``layout`` places, within ``bounds`` of ``top``."""
+    if layout is None:
+        return []
+    out: list[str] = []
+    placed: list[tuple[str, QRect]] = []
+    for widget in _laid_out(layout):
+        if not widget.isVisibleTo(top):
+            continue
+        name = widget.objectName() or type(widget).__name__
+        box = _rect_in(widget, top)
+        if not bounds.contains(box):
+            out.append(f"{name} runs out of its place")
+        out += _widget_problems(widget, name)
+        placed.append((name, box))
+        if not isinstance(widget, (QAbstractScrollArea, QLabel)) and widget.layout() is not None:
+            out += _layout_problems(top, widget.layout(), box)
+    for (a, ra), (b, rb) in itertools.combinations(placed, 2):
+        if ra.intersects(rb):
+            out.append(f"{a} overlaps {b}")
+    return out
+
+
+def _code_problems(code: Any) -> list[str]:
+    """A code panel too narrow to read its lines (wrapped every few characters) or too short for its loop."""
+    out = []
+    editor = code.editor
+    if editor.viewport().width() < MIN_CODE_CHARS * editor.fontMetrics().horizontalAdvance("0"):
+        out.append(f"code: lines narrower than {MIN_CODE_CHARS} characters")
+    if code.height() < code.loop_extent()[1]:
+        out.append("code: the loop does not fit")
+    return out
+
+
+def _wrapped_labels(frame: ExportFrame) -> list[QLabel]:
+    """Every word-wrapped label of the frame's views (their text may take more lines in one frame)."""
+    out: list[QLabel] = []
+    for view in frame.views.values():
+        out += [label for label in view.findChildren(QLabel) if label.wordWrap()]
+    return out
 
 
 def rgb_image(frame: np.ndarray) -> QImage:
@@ -203,6 +390,25 @@ class ExportFrame(QWidget):
         self._set_minimums()
         self.caption.setVisible(style.caption)
         self.counter.setVisible(style.caption)
+        self._target = QSize(*style.size)  # the size problems() measures against
+        # What stays put from frame to frame once :meth:`prepare` has run: the inspector's row
+        # heights and the code panel's scroll position.
+        self._row_heights: list[int] | None = None
+        self._code_scroll: int | None = None
+        self._moments: list[Moment] = []  # every moment the export shows (set by prepare)
+        self._tall: list[Moment] = []  # those that set the labels' and rows' heights
+        code = self.views.get("code")
+        if code is not None:
+            # On a slide nothing is cut at the panel's edge: long lines wrap, as in presentation
+            # mode; and a frame cannot be scrolled, so it shows no scroll bar.
+            code.set_wrap(True)
+            code.editor.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        grads = self.views.get("grads")
+        if grads is not None:
+            # Nor does the inspector: its columns then keep one width however many rows are
+            # in sight, so the rows' heights (wrapped at that width) do not depend on it.
+            grads.table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+            grads.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
 
     def _all_views(self) -> list[Any]:
         """The laid-out views and an unseen 2-D source of the 3-D view (drawn first, as it feeds it)."""
@@ -235,14 +441,151 @@ class ExportFrame(QWidget):
         self.counter.setStyleSheet(f"font-size: {self.frame_style.point_size:g}pt;")
         self.caption.ensurePolished()
 
-    def too_small(self) -> tuple[int, int] | None:
-        """The smallest size that draws every view readably, when the frame's size is below it."""
+    def settle(self) -> None:
+        """Lay the frame and every view inside it out at the frame's size now.
+
+        The frame is never shown, so its widgets get their sizes only when it is
+        rendered; rendering one pixel of it hands them out at once.
+        """
         self._box.activate()
-        need = self.minimumSizeHint()
-        w, h = self.frame_style.size
-        if w < need.width() or h < need.height():
-            return max(w, need.width()), max(h, need.height())
-        return None
+        image = QImage(1, 1, QImage.Format.Format_RGB32)
+        # Twice: a table shows or hides its scroll bars only on the pass after its columns were fitted.
+        for _ in range(2):
+            self.render(image, QPoint(0, 0), QRegion(QRect(0, 0, 1, 1)))
+
+    def shown_views(self) -> dict[str, QWidget]:
+        """The views laid out in the frame (a surface given up for want of a plane is not)."""
+        return {k: v for k, v in self.views.items() if v.isVisibleTo(self)}
+
+    def caption_rect(self) -> QRect | None:
+        """Where the caption and its counter are in the frame; None without a caption."""
+        if not self.frame_style.caption:
+            return None
+        return _rect_in(self.caption, self).united(_rect_in(self.counter, self))
+
+    def problems(self) -> list[str]:
+        """What is unreadable in the frame as laid out now (empty when nothing is).
+
+        A view below its readable minimum, views that overlap each other or the
+        caption or run past the frame, and inside each view: parts that overlap or
+        leave it, labels too short for their wrapped text or too narrow for their
+        line, tables that need a scroll bar, a code panel shorter than its loop.
+        """
+        out: list[str] = []
+        # A frame's layout keeps it at least as large as its views' minimums: measure against
+        # the size asked for, not the size the frame has taken.
+        frame = QRect(QPoint(0, 0), self._target)
+        if self.size() != self._target:
+            out.append(f"the views need {self.width()}x{self.height()}")
+        head = self.caption_rect()
+        scale = PRESENTATION_MIN_SCALE if self.frame_style.presentation else 1.0
+        boxes = {key: _rect_in(view, self) for key, view in self.shown_views().items()}
+        for key, box in boxes.items():
+            w, h = VIEWS[key].min_size
+            if box.width() < int(w * scale) or box.height() < int(h * scale):
+                out.append(f"{key} is {box.width()}x{box.height()}, under its readable {w}x{h}")
+            if not frame.contains(box):
+                out.append(f"{key} runs past the frame")
+            if head is not None and box.intersects(head):
+                out.append(f"{key} runs under the caption")
+        for (a, ra), (b, rb) in itertools.combinations(boxes.items(), 2):
+            if ra.intersects(rb):
+                out.append(f"{a} overlaps {b}")
+        for key in boxes:
+            view = self.views[key]
+            out += [f"{key}: {p}" for p in _layout_problems(view, view.layout(), view.rect())]
+            if key == "code" and view.run_name is not None:
+                out += _code_problems(view)
+        return out
+
+    def _content_minimums(self) -> None:
+        """Raise each view's least height to what its content needs as laid out now.
+
+        The views share a column by their stretch; without this a view whose content
+        needs more than its share (a tall table, a long loop) would be cut while its
+        neighbour had room to spare.
+        """
+        scale = PRESENTATION_MIN_SCALE if self.frame_style.presentation else 1.0
+        for key, view in self.views.items():
+            w, h = VIEWS[key].min_size
+            if key == "grads":
+                table = view.table
+                rows = sum(table.rowHeight(r) for r in range(table.rowCount()) if not table.isRowHidden(r))
+                table.setMinimumHeight(rows + table.horizontalHeader().height() + 2 * table.frameWidth())
+            need = view.minimumSizeHint().height()
+            if key == "code" and view.run_name is not None:
+                need = max(need, view.loop_extent()[1])
+            view.setMinimumSize(int(w * scale), max(int(h * scale), need))
+
+    def _set_target(self, w: int, h: int) -> None:
+        self.resize(w, h)
+        self._target = QSize(w, h)
+        self.settle()
+
+    def _fits(self, w: int, h: int) -> bool:
+        self._set_target(w, h)
+        if self._tall:
+            # Labels and rows take other heights at another width: measure them again there.
+            self._measure(self._tall)
+            self.settle()
+        self._content_minimums()
+        self.resize(w, h)
+        self.settle()
+        return not self.problems()
+
+    def fits(self) -> bool:
+        """Whether the frame's size draws every view readably (:meth:`problems` finds nothing)."""
+        return self._fits(*self.frame_style.size)
+
+    def too_small(self) -> tuple[int, int] | None:
+        """The smallest size that draws every view readably, when the frame's size is below it.
+
+        Measured on the frame itself: it is laid out at its size with the lab's texts
+        (after :meth:`prepare`, every frame's) and checked with :meth:`problems`; when
+        that finds any, larger sizes are tried, drawing again only the moments whose
+        content set a height, and the size found is checked against every moment.
+        """
+        size = self.frame_style.size
+        try:
+            if self._fits(*size):
+                return None
+            found = self._search()
+            for _ in range(4):
+                if not self._moments or found == LARGEST:
+                    break
+                # Another moment may be the tallest at this width: measure them all here.
+                self._set_target(*found)
+                more = self._measure(self._moments)
+                self._tall = list({id(m): m for m in (*self._tall, *more)}.values())
+                if self._fits(*found):
+                    break
+                found = self._search()
+            return found
+        finally:
+            self._fits(*size)
+
+    def _search(self) -> tuple[int, int]:
+        """A least size at which :meth:`_fits` holds: a width that holds some height, then trading down."""
+        size = self.frame_style.size
+        # The views' minimums as laid out now: a start, though content laid out wider may
+        # need less (so the searches below go down to the size asked for).
+        self._box.activate()
+        w = max(size[0], self.minimumSizeHint().width())
+        narrow = size[0] - 1
+        while not self._fits(w, LARGEST[1]):
+            if w >= LARGEST[0]:
+                return LARGEST
+            narrow, w = w, min(int(w * 1.15) + 1, LARGEST[0])
+        low_w, low_h = max(narrow + 1, size[0]), size[1]
+        h = _least(lambda v: self._fits(w, v), low_h, LARGEST[1])
+        # Narrower at that height, then lower at that width, until neither gives any more.
+        for _ in range(3):
+            before = w, h
+            w = _least(functools.partial(self._fits, h=h), low_w, w)
+            h = _least(functools.partial(self._fits, w), low_h, h)
+            if (w, h) == before:
+                break
+        return w, h
 
     def set_lab(self, info: LabInfo) -> None:
         """Prepare every view for a newly built lab.
@@ -290,12 +633,98 @@ class ExportFrame(QWidget):
         for key in surfaces:
             self.views[key].hide()
 
+    def prepare(self, moments: Sequence[Moment], last: Moment) -> None:
+        """Fix what would otherwise move between frames, from every moment the export will show.
+
+        Each of ``moments`` is drawn once: wrapped labels keep the height of the
+        tallest text they show and the inspector's rows their tallest height. Then
+        the surface keeps the range that holds every run's path (with equal units
+        across and up on a true surface), the timeline the ranges of ``last`` (the
+        export's last moment), and the code panel shows the loop.
+        """
+        self.settle()
+        self._moments = [*moments, last]
+        self._tall = self._measure(self._moments)
+        self.settle()
+        source = self.source
+        if source is not None:
+            source.draw(last)  # the range grows to hold every path, up to the view's cap
+            # Equal units across and up where the plot is seen and the surface is the true one.
+            square = source.mode == "model" and source.isVisibleTo(self)
+            (x0, x1), (y0, y1) = source.x_range, source.y_range
+            mx, my = SURFACE_MARGIN * (x1 - x0), SURFACE_MARGIN * (y1 - y0)
+            source.fix_range(((x0 - mx, x1 + mx), (y0 - my, y1 + my)), equal_aspect=square)
+            if square:
+                # The axes' labels may have taken other room: fit the range to the plot as it is now.
+                self.settle()
+                source.fix_range(source.view_range(), equal_aspect=True)
+        timeline = self.views.get("timeline")
+        if timeline is not None:
+            timeline.fix_ranges(timeline.ranges_for(last))
+        code = self.views.get("code")
+        if code is not None:
+            self.settle()
+            code.show_loop()
+            self._code_scroll = code.editor.verticalScrollBar().value()
+        self.settle()
+
+    def _measure(self, moments: Sequence[Moment]) -> list[Moment]:
+        """Draw each moment; hold every wrapped label at its tallest and the inspector's rows at theirs.
+
+        Returns the moments that set some label's or row's height: drawing just those
+        measures the same heights at another frame size (see :meth:`too_small`).
+        """
+        labels = _wrapped_labels(self)
+        tallest: dict[QLabel, tuple[int, Moment]] = {}
+        grads = self.views.get("grads")
+        table: QTableWidget | None = grads.table if grads is not None else None
+        rows: list[tuple[int, Moment | None]] = [(0, None)] * (table.rowCount() if table is not None else 0)
+        self._row_heights = None  # measure the rows as the content sets them
+        if moments:
+            # A draw may show a label (the inspector's readout): lay it out before measuring.
+            self.draw(moments[-1])
+            self.settle()
+        for moment in moments:
+            self.draw(moment)
+            for label in labels:
+                if label.isVisibleTo(self) and label.text():
+                    height = label.heightForWidth(label.width())
+                    if height > tallest.get(label, (0, moment))[0]:
+                        tallest[label] = (height, moment)
+            if grads is not None and table is not None:
+                grads.fit_columns()  # rows as tall as this moment's content, at the table's width now
+                rows = [
+                    (table.rowHeight(i), moment) if table.rowHeight(i) > r else (r, m)
+                    for i, (r, m) in enumerate(rows)
+                ]
+        for label, (height, _) in tallest.items():
+            # Text at the top of a box of one height: a shorter sentence leaves the lines below empty.
+            label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+            label.setFixedHeight(max(height, label.minimumSizeHint().height()))
+        self._row_heights = [r for r, _ in rows] if table is not None else None
+        self._hold()
+        tall = [m for _, m in tallest.values()] + [m for _, m in rows if m is not None]
+        return list({id(m): m for m in tall}.values())
+
+    def _hold(self) -> None:
+        """Put back the row heights and scroll position :meth:`prepare` fixed (a draw may change them)."""
+        grads = self.views.get("grads")
+        if grads is not None and self._row_heights is not None:
+            for row, height in enumerate(self._row_heights):
+                if grads.table.rowHeight(row) != height:
+                    grads.table.setRowHeight(row, height)
+        code = self.views.get("code")
+        if code is not None and self._code_scroll is not None:
+            code.editor.verticalScrollBar().setValue(self._code_scroll)
+            code.editor.horizontalScrollBar().setValue(0)
+
     def draw(self, moment: Moment) -> None:
         """Draw ``moment`` in every view and set its caption."""
         # The frame is never shown, so nothing lays it out but this (the caption's fit needs its width).
         self._box.activate()
         for view in self._all_views():
             view.draw(moment)
+        self._hold()
         view3d = self.views.get("surface3d")
         if view3d is not None:
             # A frame cannot be rotated: drop the view's hint on how to.
@@ -372,7 +801,8 @@ class FrameRenderer:
     scenario:
         A built-in name, a scenario file, or a :class:`~gradviz.engine.scenario.Scenario`.
     style:
-        How the frames look.
+        How the frames look. With ``style.fit`` the views that the size cannot
+        hold readably are left out, and :attr:`notes` says which were kept.
 
     Raises
     ------
@@ -388,17 +818,7 @@ class FrameRenderer:
         if not isinstance(self.app, QApplication):
             raise RuntimeError("FrameRenderer needs a QApplication; use gradviz.gui.render.application()")
         self.style = style
-        self.frame = ExportFrame(style)
-        small = self.frame.too_small()
-        if small is not None:
-            self.close()
-            w, h = style.size
-            views = ", ".join(style.views)
-            raise UserError(
-                f"{w}x{h} is too small to draw {views}{' with a caption' if style.caption else ''} "
-                f"readably: it needs at least {small[0]}x{small[1]}; choose a larger size or fewer views."
-            )
-        self.frame.resize(*style.size)
+        self.notes: list[str] = []
         errors: list[str] = []
         self.controller: Controller = Controller(threaded=False)
         self.controller.failed.connect(errors.append)
@@ -407,45 +827,157 @@ class FrameRenderer:
             self.close()
             raise UserError(errors[-1] if errors else f"The scenario {scenario!r} could not be opened.")
         self.info: LabInfo = self.controller.info
-        self.frame.set_lab(self.info)
         self._plane_error = ""
+        self._plane: PlaneSurface | None = None
         self._prepared = False
         self.controller.plane_ready.connect(self._on_plane)
         self.controller.plane_failed.connect(self._on_plane_failed)
+        lesson = self.info.scenario.lesson
+        self._candidates = fit_candidates(style.views, lesson) if style.fit else [style.views]
+        self._choice = 0
+        # Whether the size holds the views is known once every frame's content is: see prepare().
+        self.frame = self._build(self._candidates[0])
 
-    def prepare_surface(self, last_tick: int) -> None:
-        """Compute the plane of a model that is not two-parameter, once, before the first frame.
+    # ------------------------------------------------------------ views
+    def _build(self, views: tuple[str, ...], size: tuple[int, int] | None = None) -> ExportFrame:
+        self._frame_prepared = False
+        style = replace(self.style, views=views, size=size or self.style.size)
+        frame = ExportFrame(style)
+        frame.resize(*style.size)
+        frame.set_lab(self.info)
+        return frame
 
-        The runs are stepped to ``last_tick`` (the export's last frame) so the plane
-        can be the principal components of the whole exported path; the cursor then
-        goes back to the start. Afterwards the view asks for the same plane over a
-        wider range only when a path leaves it, as in the window.
+    def _discard(self, frame: ExportFrame) -> None:
+        frame.close()
+        frame.deleteLater()
+        QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+    def _choose(self, ticks: Sequence[int]) -> None:
+        """Keep the first view set that fits the size, each prepared for ``ticks``; UserError if none does."""
+        from gradviz.engine.errors import UserError
+
+        fit = len(self._candidates) > 1
+        for i, views in enumerate(self._candidates):
+            if i != self._choice:
+                self._discard(self.frame)
+                self.frame = self._build(views)
+                self._choice = i
+            # A set that does not fit with the lab's first texts will not with every frame's (they
+            # only add lines and rows): only the others are drawn through and measured again.
+            if fit and not self.frame.fits():
+                continue
+            try:
+                self._prepare_frame(ticks)
+            except UserError:
+                if not fit:
+                    raise
+                continue  # only surfaces, and no plane to draw them over
+            if self.frame.fits():
+                self._say_kept()
+                return
+        # Nothing fits: say what the views asked for need together, or what the view kept longest needs.
+        views = self._candidates[0]
+        if fit:
+            views = (keep_order(views, self.info.scenario.lesson)[0],)
+        if self.frame.frame_style.views != views or not self._frame_prepared:
+            self._discard(self.frame)
+            self.frame = self._build(views)
+            self._prepare_frame(ticks)
+        small = self.frame.too_small() or self.style.size
+        # Made afresh at that size, as the export asked for it would be: it holds, or says what more.
+        for _ in range(3):
+            self._discard(self.frame)
+            self.frame = self._build(views, small)
+            self._prepare_frame(ticks)
+            more = self.frame.too_small()
+            if more is None:
+                break
+            small = more
+        self.close()
+        raise self._too_small(views, small)
+
+    def _too_small(self, views: tuple[str, ...], need: tuple[int, int]) -> Exception:
+        from gradviz.engine.errors import UserError
+
+        w, h = self.style.size
+        fewer = " or fewer views" if len(views) > 1 else ""
+        caption = " with a caption" if self.style.caption else ""
+        return UserError(
+            f"{w}x{h} is too small to draw {', '.join(views)}{caption} "
+            f"readably: it needs at least {need[0]}x{need[1]}; choose a larger size{fewer}."
+        )
+
+    def _say_kept(self) -> None:
+        kept, everything = self._candidates[self._choice], self._candidates[0]
+        left = [v for v in everything if v not in kept]
+        w, h = self.style.size
+        lesson = self.info.scenario.lesson
+        self.notes = (
+            [
+                f"{w}x{h} holds {spoken_list(keep_order(kept, lesson))} readably; left out {', '.join(left)} "
+                "(ask for them with --views and a larger --size)."
+            ]
+            if left
+            else []
+        )
+
+    # ------------------------------------------------------- preparing
+    def prepare(self, ticks: Sequence[int]) -> None:
+        """Get every frame of an export showing ``ticks`` ready, before the first is rendered.
+
+        The runs are stepped to the last tick, so that a model that is not
+        two-parameter gets its plane from the whole exported path (the principal
+        components), the axes take the ranges that hold all of it, and the
+        labels and rows the room of their tallest content; the cursor then goes
+        back to the start. A frame that no longer fits its size then gives up a
+        view (``style.fit``) or is refused.
 
         Raises
         ------
         UserError
-            When no plane could be made and the surfaces are the only views.
+            When no plane could be made and the surfaces are the only views, or
+            the size is too small for the views.
         """
-        if self._prepared:
+        if self._prepared or not ticks:
             return
         self._prepared = True
+        self.step_to(ticks[-1])
         frame = self.frame
-        if not frame.wants_plane:
-            return
-        assert frame.source is not None
-        source = frame.source
-        kind = EXPORT_PLANE if source.mode == "plane" else "curve"
-        if kind == EXPORT_PLANE:
-            self.step_to(last_tick)
-        self.controller.request_plane(PlaneRequest(kind), fallback=FALLBACK_PLANE)
+        if frame.wants_plane:
+            assert frame.source is not None
+            kind = EXPORT_PLANE if frame.source.mode == "plane" else "curve"
+            self.controller.request_plane(PlaneRequest(kind), fallback=FALLBACK_PLANE)
+            if self._plane is None and len(self._candidates) > 1:
+                # No plane could be made: the default views go on without the surfaces.
+                others = [tuple(v for v in c if v not in SURFACES) for c in self._candidates]
+                self._candidates = list(dict.fromkeys(c for c in others if c)) or self._candidates
+        self._choose(ticks)
         self.controller.seek(-1)
-        if source.plane_surface is None:
-            frame.drop_surface(self.info, self._plane_error or "no plane could be made")
-            return
-        source.plane_requested.connect(self._widen)
+
+    def _prepare_frame(self, ticks: Sequence[int]) -> None:
+        self._frame_prepared = True
+        frame = self.frame
+        source = frame.source
+        if source is not None and source.mode in ("plane", "curve"):
+            if self._plane is None:
+                frame.drop_surface(self.info, self._plane_error or "no plane could be made")
+            else:
+                if source.plane_surface is None:
+                    frame.set_plane_surface(self._plane)
+                # Only the same plane over a wider range: the plane itself stays for the whole animation.
+                source.plane_requested.connect(self._widen)
+        frame.reserve_counter(position_text(ticks[-1], self.ticks_per_iteration))
+        tape = self.controller.tape
+        assert tape is not None
+        end = self.controller.cursor
+        shown = sorted({tape.snap(t) for t in ticks if t <= end} or {-1})
+        if len(shown) > RESERVE_SAMPLES:
+            step = len(shown) / RESERVE_SAMPLES
+            shown = [shown[int(i * step)] for i in range(RESERVE_SAMPLES)] + [shown[-1]]
+        moments = [Moment(self.info, tape, t, hide_future=True) for t in shown]
+        frame.prepare(moments, moments[-1])
 
     def _widen(self, request: PlaneRequest) -> None:
-        # Only the same plane over a wider range: the plane itself stays for the whole animation.
         if request.plane is not None:
             self.controller.request_plane(request, fallback=FALLBACK_PLANE)
 
@@ -454,7 +986,8 @@ class FrameRenderer:
         if surface.final:
             # The worker's note on a fallback plane ("... meanwhile") is for the window, which may
             # recompute; here the plane is final and the caption already names its kind.
-            self.frame.set_plane_surface(replace(surface, note=""))
+            self._plane = replace(surface, note="")
+            self.frame.set_plane_surface(self._plane)
 
     def _on_plane_failed(self, message: str) -> None:
         self._plane_error = message
@@ -471,19 +1004,22 @@ class FrameRenderer:
                 return False
         return True
 
-    def render(self) -> np.ndarray:
-        """The current moment as an RGB frame."""
+    def moment(self) -> Moment:
+        """The moment a frame shows now: the cursor's, with nothing after it."""
         moment = self.controller.moment()
         assert moment is not None
-        self.frame.draw(moment)
+        return replace(moment, hide_future=True)
+
+    def render(self) -> np.ndarray:
+        """The current moment as an RGB frame."""
+        self.frame.draw(self.moment())
         return self.frame.render_rgb()
 
     def frames(self, plan: FramePlan) -> Iterator[np.ndarray]:
         """Step and render every frame of ``plan``; stops early when every run has stopped."""
         ticks = plan.ticks()
         if ticks:
-            self.prepare_surface(ticks[-1])
-            self.frame.reserve_counter(position_text(ticks[-1], plan.ticks_per_iteration))
+            self.prepare(ticks)
         shown = None
         for tick in ticks:
             if not self.step_to(tick):
@@ -495,11 +1031,15 @@ class FrameRenderer:
             yield self.render()
 
     def close(self) -> None:
-        """Release the frame's widgets and the lab."""
+        """Release the frame's widgets and the lab (again: nothing)."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
         if hasattr(self, "controller"):
             self.controller.shutdown()
-        self.frame.close()
-        self.frame.deleteLater()
+        if hasattr(self, "frame"):
+            self.frame.close()
+            self.frame.deleteLater()
         # Delete the views now rather than at the next turn of an event loop the command line
         # never runs; unlike processEvents this cannot re-enter a window's own handlers.
         QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
@@ -583,8 +1123,9 @@ class ExportJob:
                 iterations=frames.iterations,
                 default_iterations=self.renderer.info.scenario.iterations,
             )
-            # Before the writer exists: a model without a plane fails here, leaving nothing behind.
-            self.renderer.prepare_surface(self.plan.ticks()[-1])
+            # Before the writer exists: a model without a plane, or a frame that its contents
+            # outgrow, fails here, leaving nothing behind.
+            self.renderer.prepare(self.plan.ticks())
             self.writer: FrameWriter = open_writer(
                 self.output,
                 style.size,
@@ -693,6 +1234,6 @@ def export_animation(
         job.cancel()
         raise
     if note is not None:
-        for sentence in job.writer.notes:
+        for sentence in (*job.renderer.notes, *job.writer.notes):
             note(sentence)
     return path, job.done

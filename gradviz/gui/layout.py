@@ -56,8 +56,8 @@ VIEWS: dict[str, ViewSpec] = {
     for spec in (
         ViewSpec("code", "Code", "gradviz.gui.views.code:CodeView", (260, 170)),
         ViewSpec("surface", "Loss surface", "gradviz.gui.views.surface:SurfaceView", (360, 260)),
-        ViewSpec("grads", ".grad inspector", "gradviz.gui.views.grads:GradsView", (300, 120)),
-        ViewSpec("timeline", "Timeline", "gradviz.gui.views.timeline:TimelineView", (320, 200)),
+        ViewSpec("grads", ".grad inspector", "gradviz.gui.views.grads:GradsView", (330, 150)),
+        ViewSpec("timeline", "Timeline", "gradviz.gui.views.timeline:TimelineView", (320, 240)),
         ViewSpec(
             "surface3d", "3-D surface", "gradviz.gui.views.surface3d:Surface3DView", (300, 260), default=False
         ),

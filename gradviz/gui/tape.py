@@ -349,12 +349,32 @@ class Tape:
 
 @dataclass(frozen=True)
 class Moment:
-    """One moment of the lab as every view draws it: the tape read at ``tick``."""
+    """One moment of the lab as every view draws it: the tape read at ``tick``.
+
+    Attributes
+    ----------
+    info, tape:
+        The lab and what the GUI holds of its history.
+    tick:
+        The op this moment comes just after (-1: the start).
+    playing:
+        Whether Play is on (views may then redraw less often).
+    hide_future:
+        Draw nothing the tape holds after ``tick``. The window shows a scrubbed-back
+        moment against the whole history recorded so far; an export frame (whose lab
+        was stepped to the end beforehand) shows only what has happened by then.
+    """
 
     info: LabInfo
     tape: Tape
     tick: int
     playing: bool = False
+    hide_future: bool = False
+
+    @property
+    def horizon(self) -> int:
+        """The newest tick the views may draw: ``tick`` when the future is hidden, else the tape's last."""
+        return self.tick if self.hide_future else self.tape.last_tick
 
     def run_names(self) -> list[str]:
         return [r.name for r in self.info.runs]

@@ -138,3 +138,24 @@ def test_odd_size_is_said_on_stderr_in_one_line(qapp, capsys, tmp_path: Path, mo
     code, out, err = _run(capsys, "export", "forgot-zero-grad", *argv)
     assert (code, out.strip(), err) == (0, str(webm), "")  # VP9 keeps the size as asked
     assert _video(webm)[:3] == ("vp9", (641, 481), 3)
+
+
+def test_default_views_give_way_to_a_small_size_and_say_which_were_kept(qapp, capsys, tmp_path: Path) -> None:
+    path = tmp_path / "a.gif"
+    argv = ["-o", str(path), "--size", "640x480", "--ops", "3"]
+    code, out, err = _run(capsys, "export", "forgot-zero-grad", *argv)
+    assert (code, out.strip()) == (0, str(path))
+    assert err == (
+        "gradviz: 640x480 holds surface and code readably; left out grads, timeline "
+        "(ask for them with --views and a larger --size).\n"
+    )
+    with Image.open(path) as im:
+        assert im.size == (640, 480)
+    # At the default size every view fits, and nothing is said.
+    code, out, err = _run(capsys, "export", "forgot-zero-grad", "-o", str(tmp_path / "b.gif"), "--ops", "2")
+    assert (code, err) == (0, "")
+    # Views asked for are drawn as asked, or refused in one sentence: never left out.
+    argv = ["-o", str(tmp_path / "c.gif"), "--size", "640x480", "--ops", "3", "--views", "surface,grads"]
+    code, out, err = _run(capsys, "export", "forgot-zero-grad", *argv)
+    assert code == 2 and err.startswith("gradviz: 640x480 is too small to draw surface, grads with a caption")
+    assert err.count("\n") == 1 and not (tmp_path / "c.gif").exists()

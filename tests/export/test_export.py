@@ -81,13 +81,13 @@ def test_all_four_views_and_a_png_folder(export, tmp_path: Path) -> None:
         first=0,
         last=2,
         views=("surface", "grads", "code", "timeline"),
-        size=(800, 560),
+        size=(800, 600),
     )
     names = sorted(p.name for p in out.iterdir())
     assert count == 3 and names == ["frame-0001.png", "frame-0002.png", "frame-0003.png"]
     with Image.open(out / "frame-0003.png") as im:
         frame = np.asarray(im.convert("RGB"))
-    assert frame.shape == (560, 800, 3)
+    assert frame.shape == (600, 800, 3)
     # The timeline's ops tape shows the op colours; the code panel highlights the line that ran.
     assert colour_count(frame, "#E69F00") > 0 and colour_count(frame, "#ffe1c7") > 100
 

@@ -322,6 +322,8 @@ class SurfaceView(QWidget):
         self.grid_values = None
         self.residual_text = ""
         self._asked = None
+        self.fixed = False
+        self.plot.getViewBox().setAspectLocked(False)
         self.curve.setData([], [])
         self.image.clear()
         self._clear_contours()
@@ -646,9 +648,58 @@ class SurfaceView(QWidget):
             parts.append(f"{run_glyph(i)} {run.name} {_distance(res)}")
         self.residual_text = "Off the plane (distance in weight space): " + ", ".join(parts) + "."
 
+    def fix_range(
+        self,
+        extent: tuple[tuple[float, float], tuple[float, float]] | None = None,
+        *,
+        equal_aspect: bool = False,
+    ) -> None:
+        """Keep the plot's range from now on: paths that leave it no longer widen it.
+
+        An export draws its last moment first (so the range grows to hold every
+        run's whole path), then fixes the range for all its frames. The window
+        never calls this and keeps widening as the runs go.
+
+        Parameters
+        ----------
+        extent:
+            ``((x0, x1), (y0, y1))`` for a two-parameter model's true surface (the
+            surface is evaluated there); None keeps the range shown now. A plane's
+            range is the computed plane surface's and stays so.
+        equal_aspect:
+            For a true surface: one unit takes as many pixels across as up, so a
+            gradient arrow stands perpendicular to the contours. The shorter side
+            grows to the plot's own proportions, so the shading still fills it.
+            Call it once the view is laid out at its final size.
+        """
+        if not self._ready():
+            return
+        self.fixed = True
+        if self.mode != "model":
+            return
+        (x0, x1), (y0, y1) = extent if extent is not None else (self.x_range, self.y_range)
+        vb = self.plot.getViewBox()
+        if equal_aspect:
+            w, h = float(vb.width()), float(vb.height())
+            if w > 0 and h > 0 and x1 > x0 and y1 > y0:
+                per_pixel = max((x1 - x0) / w, (y1 - y0) / h)
+                cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+                x0, x1 = cx - per_pixel * w / 2, cx + per_pixel * w / 2
+                y0, y1 = cy - per_pixel * h / 2, cy + per_pixel * h / 2
+            vb.setAspectLocked(True, 1.0)
+        self.x_range, self.y_range = (float(x0), float(x1)), (float(y0), float(y1))
+        self._compute()
+
+    def view_range(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """The data range the plot shows now, ``((x0, x1), (y0, y1))``."""
+        (x0, x1), (y0, y1) = self.plot.getViewBox().viewRange()
+        return (float(x0), float(x1)), (float(y0), float(y1))
+
     def _leave(self, paths: list[np.ndarray]) -> None:
         """Ask for the same plane over a wider range when a path leaves it (up to a cap)."""
         assert self.plane_surface is not None and self.home is not None
+        if self.fixed:
+            return
         if self.mode == "curve":
             pts = np.concatenate(paths)[:, :1]
         else:
@@ -679,6 +730,8 @@ class SurfaceView(QWidget):
     def _grow(self, paths: list[np.ndarray]) -> None:
         """Widen the surface when a path leaves it, up to four times its first size."""
         assert self.home is not None
+        if self.fixed:
+            return
         pts = np.concatenate(paths)
         pts = pts[np.all(np.isfinite(pts), axis=1)]
         if pts.size == 0:

@@ -7,6 +7,7 @@ ends with a cross.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -202,9 +203,11 @@ class TimelineView(QWidget):
         super().__init__(parent)
         self.theme: Theme = LIGHT
         self.info: LabInfo | None = None
-        self._drawn_len = -1
+        self._drawn: tuple[int, int] | None = None
         self._drawn_at = 0.0
         self._span = 0.0
+        # Axis ranges kept for good (an export's, over its whole range) instead of growing.
+        self.fixed_ranges: dict[str, tuple[float, float]] | None = None
         self.title = QLabel("Timeline")
         self.title.setObjectName("panelTitle")
         self.legend = QLabel("")
@@ -337,8 +340,11 @@ class TimelineView(QWidget):
     def set_lab(self, info: LabInfo) -> None:
         """Curves for each run of the new lab; the distance row only with two or more runs."""
         self.info = info
-        self._drawn_len = -1
+        self._drawn = None
         self._span = 0.0
+        self.fixed_ranges = None
+        for plot in self.plots.values():
+            plot.enableAutoRange(y=True)
         for key, curves in self.curves.items():
             for c in curves:
                 self.plots[key].removeItem(c)
@@ -402,9 +408,57 @@ class TimelineView(QWidget):
         self.legend.setText(bar.join(groups))
         self._fit_legend()
 
+    # ------------------------------------------------------------- ranges
+    def ranges_for(self, moment: Moment) -> dict[str, tuple[float, float]]:
+        """The axis ranges that hold everything the tape has up to ``moment``.
+
+        ``"x"`` spans the ticks; ``"loss"``, ``"grad"`` (log10) and ``"distance"`` span
+        each row's finite values over every run. A row with no finite value is left out.
+        """
+        info = self.info
+        assert info is not None
+        tape = moment.tape
+        out = {"x": (-0.5, float(max(moment.tick, 0)) + 1.5)}
+        loss: list[np.ndarray] = []
+        grad: list[np.ndarray] = []
+        for run in info.runs:
+            rt = tape.runs[run.name]
+            n = rt.index_at(moment.tick) + 1
+            loss.append(log10_positive(rt.loss[:n]))
+            grad.append(log10_positive(rt.grad_norm[:n]))
+        n = bisect.bisect_right(tape.distance_ticks, moment.tick)
+        distance = [np.asarray(column[:n], dtype=np.float64) for column in tape.distance]
+        for key, parts in (("loss", loss), ("grad", grad), ("distance", distance)):
+            values = np.concatenate(parts) if parts else np.zeros(0)
+            values = values[np.isfinite(values)]
+            if values.size:
+                lo, hi = float(values.min()), float(values.max())
+                if key == "distance":
+                    lo = min(lo, 0.0)  # identical runs sit on a visible 0
+                if hi - lo < 1e-9:
+                    lo, hi = lo - 0.5, hi + 0.5
+                out[key] = (lo, hi)
+        return out
+
+    def fix_ranges(self, ranges: dict[str, tuple[float, float]]) -> None:
+        """Keep the axes at ``ranges`` (see :meth:`ranges_for`) from now on, however the curves grow.
+
+        An export fixes them over its whole range, so no frame rescales; the window
+        leaves them to grow with the runs.
+        """
+        self.fixed_ranges = dict(ranges)
+        lo, hi = ranges["x"]
+        self._span = hi
+        self.plots["loss"].setXRange(lo, hi, padding=0.01)
+        for key in ("loss", "grad", "distance"):
+            if key in ranges:
+                self.plots[key].setYRange(*ranges[key], padding=0.08)
+            else:
+                self.plots[key].enableAutoRange(y=True)
+
     # --------------------------------------------------------------- draw
     def draw(self, moment: Moment) -> None:
-        """Curves up to the newest op; the cursor at ``moment``."""
+        """Curves up to the newest op (to ``moment`` where it hides the future); the cursor at ``moment``."""
         info = self.info
         if info is None:
             return
@@ -415,10 +469,13 @@ class TimelineView(QWidget):
         now = time.perf_counter()
         # During Play the curves follow at a few frames a second; the cursor moves every frame.
         due = not moment.playing or now - self._drawn_at >= PLAY_CURVE_INTERVAL
-        if total != self._drawn_len and due:
-            self._drawn_len = total
+        drawn = (total, moment.horizon)
+        if drawn != self._drawn and due:
+            self._drawn = drawn
             self._drawn_at = now
             self._draw_curves(moment)
+        if self.fixed_ranges is not None:
+            return
         # The x range grows in steps of a quarter, so the axes are not re-laid out on every op.
         span = float(info.ticks_per_iteration * 4)
         while span < tape.last_tick + 2:
@@ -431,24 +488,27 @@ class TimelineView(QWidget):
         info = self.info
         assert info is not None
         tape = moment.tape
+        horizon = moment.horizon
         for i, run in enumerate(info.runs):
             rt = tape.runs[run.name]
-            x = np.asarray(rt.ticks, dtype=np.float64) + 0.5
-            loss = log10_positive(rt.loss)
+            n = rt.index_at(horizon) + 1
+            x = np.asarray(rt.ticks[:n], dtype=np.float64) + 0.5
+            loss = log10_positive(rt.loss[:n])
             self.curves["loss"][i].setData(x, loss)
-            self.curves["grad"][i].setData(x, log10_positive(rt.grad_norm))
-            if rt.statuses and rt.statuses[-1] != "running":
+            self.curves["grad"][i].setData(x, log10_positive(rt.grad_norm[:n]))
+            if n and rt.statuses[n - 1] != "running":
                 finite = np.flatnonzero(np.isfinite(loss))
                 if finite.size:
                     j = finite[-1]
                     self.ends[i].setData([x[j]], [loss[j]])
             else:
                 self.ends[i].setData([], [])
-        if tape.distance_ticks:
-            dx = np.asarray(tape.distance_ticks, dtype=np.float64) + 0.5
+        shown = bisect.bisect_right(tape.distance_ticks, horizon)
+        if shown:
+            dx = np.asarray(tape.distance_ticks[:shown], dtype=np.float64) + 0.5
             for curve, column in zip(self.curves["distance"], tape.distance, strict=True):
                 # Linear: identical runs sit at a visible 0 instead of vanishing from a log axis.
-                values = np.asarray(column, dtype=np.float64)
+                values = np.asarray(column[:shown], dtype=np.float64)
                 curve.setData(dx, np.where(np.isfinite(values), values, np.nan))
         else:
             for curve in self.curves["distance"]:
@@ -459,7 +519,8 @@ class TimelineView(QWidget):
         info = self.info
         assert info is not None
         tape = moment.tape
-        n = max(tape.last_tick + 1, 1)
+        horizon = moment.horizon
+        n = max(horizon + 1, 1)
         rgba = np.zeros((n, len(info.runs), 4), dtype=np.ubyte)
         lut = np.array(
             [
@@ -476,10 +537,11 @@ class TimelineView(QWidget):
         code = {op: i for i, op in enumerate(OPS)}
         for r, run in enumerate(info.runs):
             rt = tape.runs[run.name]
-            if not len(rt):
+            count = rt.index_at(horizon) + 1
+            if not count:
                 continue
-            ticks = np.asarray(rt.ticks)
-            ops = np.fromiter((code[o] for o in rt.ops), dtype=np.intp, count=len(rt))
+            ticks = np.asarray(rt.ticks[:count])
+            ops = np.fromiter((code[o] for o in rt.ops[:count]), dtype=np.intp, count=count)
             # Row 0 is drawn at the top: the first run heads the tape as in the legend.
             rgba[ticks, len(info.runs) - 1 - r] = lut[ops]
         self.tape_image.setImage(rgba, levels=(0, 255), autoLevels=False)
