@@ -248,6 +248,11 @@ class LessonRunner(QObject):
         return sum(r for r, _ in self.results.values()), sum(n for _, n in self.results.values())
 
     @property
+    def hides_future(self) -> bool:
+        """Whether the views draw nothing after the moment shown (the stop says so, by default)."""
+        return self.active and 0 <= self.index < len(self.stops) and self.stops[self.index].stop.hide_future
+
+    @property
     def asking(self) -> bool:
         """True while a question is up, waiting for its reveal."""
         return (

@@ -8,6 +8,7 @@ view. Redraws are coalesced on a timer, throttled to the screen rate during Play
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -549,6 +550,8 @@ class MainWindow(QMainWindow):
         moment = self.controller.moment()
         if moment is None:
             return
+        if self.lesson.hides_future:
+            moment = replace(moment, hide_future=True)  # the room predicts what has not happened
         for _key, view in self.panels.items():
             if view.isVisible() or not self.isVisible():
                 view.draw(moment)  # type: ignore[attr-defined]
