@@ -35,6 +35,8 @@ FULL_VALUES = 4096  # a parameter of at most this many elements is recorded whol
 WHOLE_VALUES = 4096  # ... while those recorded whole hold at most this many together;
 SAMPLE_SIZE = 32  # others by this many elements at fixed, evenly spaced flat indices
 MAX_EVENTS = 20000  # events kept at most; past them the observer stops
+MAX_PARAMS = 4096  # tensors followed at most; past them the observer stops
+LATE_LEAVES = 100  # backwards past the third that bring new leaves, at most; then the observer stops
 SOURCE_LINES = 5000  # lines kept per user file at most
 SOURCE_FILES = 50
 
@@ -135,6 +137,7 @@ class Observer:
         self._whole = 0  # elements of the parameters recorded whole
         self._backwards = 0
         self._quiet = 0  # backwards in a row whose graph held no new leaf
+        self._late = 0  # backwards after the first three whose graph held new leaves
 
     # ------------------------------------------------------------ install
 
@@ -226,6 +229,10 @@ class Observer:
         new = [t for t in tensors if id(t) not in self.params]
         if not new:
             return [self.params[id(t)] for t in tensors]
+        if len(self.order) + len(new) > MAX_PARAMS:
+            self.stopped_early = f"more than {MAX_PARAMS:,} tensors to follow (a new leaf every iteration?)"
+            self._closing = True
+            return [self.params[id(t)] for t in tensors if id(t) in self.params]
         names = _names(new, frame)
         for t in new:
             pid = len(self.order)
@@ -336,6 +343,11 @@ class Observer:
                 known = len(self.order)
                 self._track(_leaves(roots), frame)
                 self._quiet = 0 if len(self.order) > known else self._quiet + 1
+                if self._quiet == 0 and self._backwards > 3:
+                    self._late += 1  # a loop that makes new leaves each iteration: too many to follow
+                    if self._late > LATE_LEAVES:
+                        self.stopped_early = f"new leaf tensors at more than {LATE_LEAVES} backward() calls"
+                        self._closing = True
             self._sync(self.order, None)
         return ev
 
