@@ -401,14 +401,10 @@ class ExportFrame(QWidget):
         if code is not None:
             # On a slide nothing is cut at the panel's edge: long lines wrap, as in presentation
             # mode; and a frame cannot be scrolled, so it shows no scroll bar.
-            code.set_wrap(True)
-            code.editor.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+            code.set_still()
         grads = self.views.get("grads")
         if grads is not None:
-            # Nor does the inspector: its columns then keep one width however many rows are
-            # in sight, so the rows' heights (wrapped at that width) do not depend on it.
-            grads.table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-            grads.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+            grads.set_still()
 
     def _all_views(self) -> list[Any]:
         """The laid-out views and an unseen 2-D source of the 3-D view (drawn first, as it feeds it)."""
@@ -665,7 +661,7 @@ class ExportFrame(QWidget):
         if code is not None:
             self.settle()
             code.show_loop()
-            self._code_scroll = code.editor.verticalScrollBar().value()
+            self._code_scroll = code.scroll_position()
         self.settle()
 
     def _measure(self, moments: Sequence[Moment]) -> list[Moment]:
@@ -677,8 +673,7 @@ class ExportFrame(QWidget):
         labels = _wrapped_labels(self)
         tallest: dict[QLabel, tuple[int, Moment]] = {}
         grads = self.views.get("grads")
-        table: QTableWidget | None = grads.table if grads is not None else None
-        rows: list[tuple[int, Moment | None]] = [(0, None)] * (table.rowCount() if table is not None else 0)
+        rows: list[tuple[int, Moment | None]] = [(0, None)] * (len(grads.row_heights()) if grads else 0)
         self._row_heights = None  # measure the rows as the content sets them
         if moments:
             # A draw may show a label (the inspector's readout): lay it out before measuring.
@@ -691,17 +686,17 @@ class ExportFrame(QWidget):
                     height = label.heightForWidth(label.width())
                     if height > tallest.get(label, (0, moment))[0]:
                         tallest[label] = (height, moment)
-            if grads is not None and table is not None:
+            if grads is not None:
                 grads.fit_columns()  # rows as tall as this moment's content, at the table's width now
                 rows = [
-                    (table.rowHeight(i), moment) if table.rowHeight(i) > r else (r, m)
-                    for i, (r, m) in enumerate(rows)
+                    (h, moment) if h > r else (r, m)
+                    for h, (r, m) in zip(grads.row_heights(), rows, strict=True)
                 ]
         for label, (height, _) in tallest.items():
             # Text at the top of a box of one height: a shorter sentence leaves the lines below empty.
             label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
             label.setFixedHeight(max(height, label.minimumSizeHint().height()))
-        self._row_heights = [r for r, _ in rows] if table is not None else None
+        self._row_heights = [r for r, _ in rows] if grads is not None else None
         self._hold()
         tall = [m for _, m in tallest.values()] + [m for _, m in rows if m is not None]
         return list({id(m): m for m in tall}.values())
@@ -710,13 +705,10 @@ class ExportFrame(QWidget):
         """Put back the row heights and scroll position :meth:`prepare` fixed (a draw may change them)."""
         grads = self.views.get("grads")
         if grads is not None and self._row_heights is not None:
-            for row, height in enumerate(self._row_heights):
-                if grads.table.rowHeight(row) != height:
-                    grads.table.setRowHeight(row, height)
+            grads.hold_rows(self._row_heights)
         code = self.views.get("code")
         if code is not None and self._code_scroll is not None:
-            code.editor.verticalScrollBar().setValue(self._code_scroll)
-            code.editor.horizontalScrollBar().setValue(0)
+            code.hold_scroll(self._code_scroll)
 
     def draw(self, moment: Moment) -> None:
         """Draw ``moment`` in every view and set its caption."""

@@ -490,6 +490,19 @@ class CodeView(QWidget):
             return line
         return max(math.ceil(self.editor.blockBoundingRect(block).height()), line)
 
+    def set_still(self) -> None:
+        """For frames that cannot be scrolled: long lines wrap and no scroll bar shows."""
+        self.set_wrap(True)
+        self.editor.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
+    def scroll_position(self) -> int:
+        return int(self.editor.verticalScrollBar().value())
+
+    def hold_scroll(self, position: int) -> None:
+        """Scroll back to ``position`` (a draw keeps the lines that ran in sight by scrolling)."""
+        self.editor.verticalScrollBar().setValue(position)
+        self.editor.horizontalScrollBar().setValue(0)
+
     def set_wrap(self, on: bool) -> None:
         """Wrap lines longer than the panel (presentation mode) instead of scrolling sideways."""
         mode = QPlainTextEdit.LineWrapMode.WidgetWidth if on else QPlainTextEdit.LineWrapMode.NoWrap

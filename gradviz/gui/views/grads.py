@@ -653,6 +653,23 @@ class GradsView(QWidget):
                 "\n\n".join(f"{p}\n{state_tip(st)}" for p, st in zip(params, states, strict=True))
             )
 
+    # ---------------------------------------------------------------- frames
+    def set_still(self) -> None:
+        """For frames that cannot be scrolled: no scroll bars, so the columns keep one width
+        however many rows are in sight, and rows wrapped at that width keep their heights."""
+        self.table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
+    def row_heights(self) -> list[int]:
+        """Each row's height as laid out now."""
+        return [self.table.rowHeight(row) for row in range(self.table.rowCount())]
+
+    def hold_rows(self, heights: list[int]) -> None:
+        """Give the rows ``heights`` again (a draw fits them to its own content)."""
+        for row, height in enumerate(heights):
+            if self.table.rowHeight(row) != height:
+                self.table.setRowHeight(row, height)
+
     def cell(self, run: str, param: str, column: str) -> QTableWidgetItem:
         """The item shown for ``run``'s ``param`` in the column headed ``column``."""
         item = self.table.item(self.rows[(run, param)], COLUMNS.index(column))
