@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -16,6 +15,7 @@ from typing import IO, Any, NoReturn
 
 import gradviz
 from gradviz.engine.errors import one_line, quoted
+from gradviz.engine.jsonform import strict_json
 from gradviz.engine.scenario import (
     EXPORT_ITERATIONS,
     EXPORT_OPS,
@@ -280,19 +280,6 @@ def _check_export_range(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------- JSON
 
 
-def _finite(value: Any) -> Any:
-    """Strict-JSON form: non-finite floats become the strings "nan", "inf", "-inf"."""
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    return value
-
-
 def _plain(value: Any) -> Any:
     if value is None:
         return None
@@ -324,7 +311,7 @@ def record_to_json(rec: Any) -> dict[str, Any]:
     out["memory"] = dict(rec.memory)
     out["diverged"] = rec.diverged
     out["error"] = rec.error
-    return _finite(out)
+    return strict_json(out)
 
 
 def _write(stream: IO[str], obj: dict[str, Any]) -> None:
@@ -423,7 +410,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 r.name: {
                     "status": "finished" if r.status == "running" else r.status,
                     "error": r.error,
-                    "loss": _finite(r.last_loss),
+                    "loss": strict_json(r.last_loss),
                 }
                 for r in lab.runs
             },

@@ -33,14 +33,15 @@ as read from the files (at most 5,000 lines of 500 characters per file, 50 files
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gradviz.engine.errors import UserError, one_line, quoted
+from gradviz.engine.jsonform import strict_json
+from gradviz.export.atomic import write_bytes
 from gradviz.watch.findings import SEVERITIES, Finding
 
 FORMAT = "gradviz-recording"
@@ -77,7 +78,7 @@ class Recording:
             {"file": f.file, "line": f.line, "severity": f.severity, "message": f.message}
             for f in self.findings
         ]
-        return _finite(out)
+        return strict_json(out)
 
     def save(self, path: str | os.PathLike[str]) -> str:
         """Write the recording as JSON, whole or not at all; returns the path."""
@@ -85,30 +86,14 @@ class Recording:
         folder = os.path.dirname(os.path.abspath(target))
         if not os.path.isdir(folder):
             raise UserError(f"cannot write the recording {quoted(target)}: its folder does not exist.")
-        temp = f"{target}.{os.getpid()}.tmp"
+        data = json.dumps(self.to_json(), allow_nan=False, separators=(",", ":")).encode("utf-8")
         try:
-            with open(temp, "w", encoding="utf-8") as fh:
-                json.dump(self.to_json(), fh, allow_nan=False, separators=(",", ":"))
-            os.replace(temp, target)
+            write_bytes(Path(target), data)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
             raise UserError(
                 f"cannot write the recording {quoted(target)} ({one_line(exc.strerror or str(exc), 100)})."
             ) from None
         return target
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    return value
 
 
 # ------------------------------------------------------------------ loading
