@@ -937,7 +937,12 @@ class FrameRenderer:
         frame = self.frame
         if frame.wants_plane:
             assert frame.source is not None
-            kind = EXPORT_PLANE if frame.source.mode == "plane" else "curve"
+            # The plane the lesson names (its view's picker leads with it), else the path's own.
+            lesson = self.info.scenario.lesson
+            chosen = lesson is not None and lesson.surface != "auto"
+            kind = "curve" if frame.source.mode == "curve" else EXPORT_PLANE
+            if chosen and frame.source.mode == "plane":
+                kind = frame.source.plane_request_kind() or EXPORT_PLANE
             self.controller.request_plane(PlaneRequest(kind), fallback=FALLBACK_PLANE)
             if self._plane is None and len(self._candidates) > 1:
                 # No plane could be made: the default views go on without the surfaces.

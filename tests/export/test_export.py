@@ -140,3 +140,16 @@ def test_a_range_after_every_run_stopped_is_one_sentence(export, tmp_path: Path)
     with pytest.raises(UserError, match=r"Every run stopped .* before the first frame"):
         export(tmp_path / "a.gif", scenario=scenario, ops=None, first=5000, last=5001)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_export_draws_the_plane_its_lesson_names() -> None:
+    """set-to-none's lesson is about offset: its export shows the offset × weight plane, not the path's PCA."""
+    from gradviz.export.plan import plan_frames
+    from gradviz.gui.export_frames import FrameRenderer, FrameStyle
+
+    with FrameRenderer("set-to-none", FrameStyle(SIZE, ("surface",))) as renderer:
+        plan = plan_frames(renderer.ticks_per_iteration, ops=8)
+        list(renderer.frames(plan))
+        surface = renderer.frame.views["surface"].plane_surface
+        assert surface is not None and surface.kind == "axes"
+        assert surface.plane.labels == ("offset", "weight")
