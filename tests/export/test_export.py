@@ -143,7 +143,7 @@ def test_a_range_after_every_run_stopped_is_one_sentence(export, tmp_path: Path)
 
 
 def test_an_export_draws_the_plane_its_lesson_names() -> None:
-    """set-to-none's lesson is about offset: its export shows the offset × weight plane, not the path's PCA."""
+    """set-to-none's lesson is about offset: its export shows offset × weight, not the path's PCA."""
     from gradviz.export.plan import plan_frames
     from gradviz.gui.export_frames import FrameRenderer, FrameStyle
 
