@@ -1,8 +1,19 @@
-"""Cost of recording, history memory, and time to rebuild an op by replay.
+"""Cost of recording, history memory, and time to rebuild an op by replay, each beside its peer.
 
-Each figure is a ratio against a peer measured in the same process (bare loop
-versus recorded loop, interleaved in rounds), because machines here are shared
-and noisy. Run: ``python bench/bench_engine.py [--iterations N]``.
+Each figure is a ratio against a peer measured in the same process, because
+machines here are shared and noisy:
+
+- recording: the recorded loop against the same lab recording nothing
+  (``record="bare"``), interleaved in rounds; at most ``RECORDING_TARGET``;
+- rebuilding the op farthest from a keyframe (every op before it since the
+  keyframe replayed) against the same iterations written as a plain PyTorch
+  loop; at most ``REBUILD_TARGET``;
+- history memory per iteration (tracemalloc: records hold numpy copies and
+  Python objects only, no tensor), for the 17k-parameter MLP with Adam at most
+  ``MEMORY_TARGET`` bytes; for the small model, with full records for the
+  recent past and after they are thinned to keyframes further back.
+
+Run: ``python bench/bench_engine.py [--iterations N] [--rounds R]``.
 """
 
 from __future__ import annotations
@@ -14,10 +25,13 @@ import time
 import tracemalloc
 from collections.abc import Callable
 
-from gradviz.engine.copying import HeldGrads
 from gradviz.engine.lab import Lab, set_threads
 from gradviz.engine.run import Run
 from gradviz.engine.scenario import loads_scenario
+
+RECORDING_TARGET = 1.25
+REBUILD_TARGET = 1.2
+MEMORY_TARGET = 4096
 
 LINEAR = """
 name = "bench-linear"
@@ -74,29 +88,20 @@ def overhead(text: str, iterations: int, rounds: int) -> tuple[float, float, Lab
     return statistics.median(ratios), iterations / statistics.median(times["recorded"]), labs["recorded"]
 
 
-def memory_per_iteration(text: str, iterations: int) -> tuple[float, int, str]:
-    """Memory the history grows by per iteration.
+def memory_per_iteration(lab: Lab, skip: int, iterations: int) -> float:
+    """Bytes the lab's history grows by per iteration over ``iterations``, after ``skip`` more.
 
-    tracemalloc sees Python objects and numpy's arrays (where every copy the
-    history keeps lives); PyTorch's allocator it does not see, so the tensors
-    that full records keep by reference (what each backward delivered, and
-    ``.grad`` tensors held instead of copied) are added by their size.
+    Traced from before the skipped iterations, so that the records thinned
+    while measuring count as freed.
     """
-    lab = Lab(loads_scenario(text, "bench"))
-    lab.run_iterations(1)
+    lab.run_iterations(1)  # the first step creates the optimizer's state
     tracemalloc.start()
+    lab.run_iterations(skip)
     before = tracemalloc.get_traced_memory()[0]
     lab.run_iterations(iterations)
     grown = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
-    for run in lab.runs:
-        h = lab.history[run.name]
-        if h.keep_records:
-            caught = (rec.fresh for rec in h.records if isinstance(rec.fresh, tuple))
-            grown += sum(t.nbytes for fresh in caught for t in fresh if t is not None)
-            grads = {id(e[7]): e[7] for e in h.entries if isinstance(e[7], HeldGrads)}  # each once
-            grown += sum(g.held_bytes for g in grads.values())
-    return grown / iterations, lab.keyframe_every, lab.mode
+    return grown / iterations
 
 
 def plain_loop(lab: Lab, iterations: int) -> Callable[[], None]:
@@ -117,33 +122,50 @@ def plain_loop(lab: Lab, iterations: int) -> Callable[[], None]:
     return loop
 
 
-def rebuild_times(lab: Lab, samples: int, repeats: int = 7) -> tuple[float, float, float]:
-    """Median time to rebuild the full record of a random op, the worst case, and its peer.
+def rebuild_times(lab: Lab, every: int, samples: int, repeats: int = 15) -> tuple[float, float, float]:
+    """Median time to rebuild the record of a random op of the past, the worst case, and its peer.
 
     The worst case is the op farthest from the keyframe before it (the last op
-    before the next keyframe): the median of ``repeats`` rebuilds of it, so that
-    one hiccup of a shared machine does not stand for the engine. Its peer is
-    the same number of iterations as a plain PyTorch loop, timed in turns with it.
+    before the next keyframe, ``every`` iterations on): the median of
+    ``repeats`` rebuilds of it, timed in turns with its peer, the same
+    iterations as a plain PyTorch loop.
     """
     name = lab.runs[0].name
     h = lab.history[name]
+    oldest = h.recent_from if h.keep_records else len(h)
     times = []
     for _ in range(samples):
-        index = random.randrange(len(h))
+        index = random.randrange(oldest)
         start = time.perf_counter()
         rec = lab.record(name, index)
         times.append(time.perf_counter() - start)
         assert rec.index == index
-    last_keyframe = max(k for k in h.keyframes if k < lab.iteration)
-    farthest = h.index_at(last_keyframe * lab.ticks_per_iteration - 1)
-    turns = {"rebuild": lambda: lab.record(name, farthest), "plain": plain_loop(lab, lab.keyframe_every)}
+    keyframes = sorted(k for k in h.keyframes if (k + every) * lab.ticks_per_iteration <= h.ticks[oldest - 1])
+    farthest = h.index_at((keyframes[-1] + every) * lab.ticks_per_iteration - 1)
+    turns = {"rebuild": lambda: lab.record(name, farthest), "plain": plain_loop(lab, every)}
     spent: dict[str, list[float]] = {key: [] for key in turns}
     for _ in range(repeats):
-        for key, call in turns.items():
+        for key in random.sample(list(turns), 2):
             start = time.perf_counter()
-            call()
+            turns[key]()
             spent[key].append(time.perf_counter() - start)
     return statistics.median(times), statistics.median(spent["rebuild"]), statistics.median(spent["plain"])
+
+
+def _row(label: str, value: str, note: str = "") -> None:
+    print(f"  {label:<34}{value:>12}  {note}".rstrip())
+
+
+def _verdict(value: float, target: float) -> str:
+    return f"(must be <= {target:g}: {'met' if value <= target else 'MISSED'})"
+
+
+def _rebuild_rows(lab: Lab, every: int, what: str) -> None:
+    median, worst, plain = rebuild_times(lab, every, 30)
+    _row(f"rebuild a random {what}", f"{median * 1e3:.2f} ms")
+    _row("rebuild the farthest op", f"{worst * 1e3:.2f} ms", f"({every} iterations replayed)")
+    _row("the same as a plain PyTorch loop", f"{plain * 1e3:.2f} ms")
+    _row("rebuild / plain", f"{worst / plain:.3f}", _verdict(worst / plain, REBUILD_TARGET))
 
 
 def main() -> None:
@@ -151,30 +173,37 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=25, help="iterations per timed chunk")
     parser.add_argument("--rounds", type=int, default=200, help="chunks per lab")
     parser.add_argument("--memory-iterations", type=int, default=10_000)
+    parser.add_argument("--recent", type=int, default=4000, help="records kept by the thinned lab")
     args = parser.parse_args()
     set_threads(1)
     random.seed(0)
-    for label, text in (("linear regression, SGD", LINEAR), ("MLP 2-128-128-1 (17k), Adam", MLP)):
-        ratio, rate, lab = overhead(text, args.iterations, args.rounds)
-        print(f"{label}")
-        print(f"  recorded iterations/s      {rate:10.0f}")
-        print(f"  recorded / bare time       {ratio:10.3f}   (must be <= 1.10)")
-        per_it, every, mode = memory_per_iteration(text, args.memory_iterations)
-        print(
-            f"  history per iteration      {per_it:10.0f} B over {args.memory_iterations} iterations"
-            f" ({mode} records, keyframe every {every})"
-        )
-        lab = Lab(loads_scenario(text, "bench"))
-        lab.run_iterations(min(args.memory_iterations, 2000))
-        median, worst, plain = rebuild_times(lab, 50)
-        print(
-            f"  rebuild one op             {median * 1e3:10.2f} ms for a random op, "
-            f"{worst * 1e3:.2f} ms for the farthest from a keyframe (must be <= 50)"
-        )
-        print(
-            f"  the same {lab.keyframe_every} iteration(s) as a plain PyTorch loop "
-            f"{plain * 1e3:.2f} ms (rebuild / plain {worst / plain:.2f})"
-        )
+    n = args.memory_iterations
+
+    print("MLP 2-128-128-1 (17k parameters), Adam: keyframes, no full records")
+    ratio, rate, _ = overhead(MLP, args.iterations, args.rounds)
+    _row("recorded iterations/s", f"{rate:.0f}")
+    _row("recorded / bare time", f"{ratio:.3f}", _verdict(ratio, RECORDING_TARGET))
+    lab = Lab(loads_scenario(MLP, "bench"))
+    per_it = memory_per_iteration(lab, 0, n)
+    _row("history per iteration", f"{per_it:.0f} B", f"over {n} iterations {_verdict(per_it, MEMORY_TARGET)}")
+    _row("", "", f"(a packed keyframe every {lab.keyframe_every} iterations)")
+    _rebuild_rows(lab, lab.keyframe_every, "op")
+
+    print("linear regression, SGD with momentum: full records, thinned to keyframes further back")
+    ratio, rate, _ = overhead(LINEAR, args.iterations, args.rounds)
+    _row("recorded iterations/s", f"{rate:.0f}")
+    _row("recorded / bare time", f"{ratio:.3f}", _verdict(ratio, RECORDING_TARGET))
+    full = memory_per_iteration(Lab(loads_scenario(LINEAR, "bench")), 0, n)
+    _row("history per iteration, all kept", f"{full:.0f} B", f"over {n} iterations")
+    lab = Lab(loads_scenario(LINEAR, "bench"), recent=args.recent)
+    # Past the first thinning, and at the same point of the keep-then-thin cycle at both ends.
+    cycle = args.recent // lab.ticks_per_iteration
+    thinned = memory_per_iteration(lab, 2 * cycle, max(cycle, n // cycle * cycle))
+    every = lab.history[lab.runs[0].name].thinned_every
+    note = f"(records but the last {args.recent} ops thinned"
+    _row("history per iteration, thinned", f"{thinned:.0f} B", note)
+    _row("", "", f"to a packed keyframe every {every} iterations)")
+    _rebuild_rows(lab, every, "thinned op")
 
 
 if __name__ == "__main__":

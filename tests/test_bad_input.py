@@ -508,7 +508,7 @@ def test_a_streaming_lab_keeps_only_each_runs_last_op():
         pass
     for run in lab.runs:
         h = lab.history[run.name]
-        assert len(h.entries) == 1 and len(h.ticks) == 1
+        assert len(h.recent) == 1 and len(h.ticks) == 1
         assert len(h) == 2000 * len(run.program.ops)
         assert list(h.keyframes) == [0]
         last = lab.record(run.name, len(h) - 1)
@@ -531,7 +531,7 @@ def test_trace_streams(capsys, monkeypatch):
     assert _main("trace", "standard-loop", "--iterations", "300") == 0
     assert len(capsys.readouterr().out.splitlines()) == 1 + 300 * 4 + 1
     (lab,) = made
-    assert lab.streaming and len(lab.history["yours"].entries) == 1
+    assert lab.streaming and len(lab.history["yours"].recent) == 1
 
 
 # ------------------------------------------------------- 11. open offscreen

@@ -17,7 +17,7 @@ from gradviz.engine.devices import resolve_device
 from gradviz.engine.errors import ScenarioError
 from gradviz.engine.lesson import check_params
 from gradviz.engine.loop import OpSlot
-from gradviz.engine.record import History, OpRecord, PackedSnapshot, RunHistory, Snapshot
+from gradviz.engine.record import History, Keyframe, OpRecord, PackedSnapshot, RunHistory, Snapshot
 from gradviz.engine.run import Mode, Run
 from gradviz.engine.scenario import Scenario
 
@@ -27,6 +27,9 @@ FULL_RECORD_FLOATS = 4096
 # Bytes of packed keyframe per iteration that larger models may spend (with the
 # per-op columns this keeps a 17k-parameter MLP with Adam under 4 KB per iteration).
 KEYFRAME_BUDGET = 3990
+# Full records kept per run: the recent past. Older ones are thinned to keyframes and rebuilt
+# by replay; at a few hundred bytes a record this bounds them to tens of megabytes.
+RECENT_OPS = 50_000
 
 
 def _merged_order(keys: list[list[tuple]]) -> list[tuple]:
@@ -86,9 +89,18 @@ class Lab:
         Iterations between keyframes of a ``light`` lab; by default chosen after
         the first iteration so that keyframes cost about ``KEYFRAME_BUDGET``
         bytes per iteration.
+    recent:
+        Full records a ``full`` lab keeps per run (``RECENT_OPS`` by default);
+        older ones are thinned to keyframes and rebuilt by replay when read.
     """
 
-    def __init__(self, scenario: Scenario, record: str = "auto", keyframe_every: int | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        record: str = "auto",
+        keyframe_every: int | None = None,
+        recent: int = RECENT_OPS,
+    ) -> None:
         self.scenario = scenario
         self.device = resolve_device(scenario.device)
         where = scenario.where
@@ -111,10 +123,11 @@ class Lab:
         self.schedule = line_up([r.program.ops for r in self.runs])
         self.ticks_per_iteration = len(self.schedule)
         self.tick = 0
-        self.history = History([r.name for r in self.runs], keep_records=self.mode == "full")
+        kept = (1 if self.streaming else recent) if self.mode == "full" else 0
+        self.history = History([r.name for r in self.runs], kept, self._rebuild)
         if self.mode != "bare":
             for run in self.runs:
-                self.history[run.name].keyframes[0] = (run.current, None)
+                self.history[run.name].keyframes[0] = Keyframe(run.current, None)
         self._shadows: dict[str, Run] = {}
         self._shadow_at: dict[str, int] = {}  # the tick each shadow last performed
 
@@ -140,7 +153,7 @@ class Lab:
             self.keyframe_every = max(1, math.ceil(packed.nbytes / KEYFRAME_BUDGET))
         if iteration % self.keyframe_every == 0:
             packed = packed or PackedSnapshot(run.capture(grads=not run.grads_unread_at_iteration_start))
-            h.keyframes[iteration] = (packed, run.last_loss)
+            h.keyframes[iteration] = Keyframe(packed, run.last_loss)
 
     def advance(self, before: int | None = None) -> list[tuple[str, int]]:
         """Perform the next tick that has an op for some running run (and lies before tick ``before``).
@@ -157,23 +170,21 @@ class Lab:
                 h = self.history[run.name]
                 # Iteration 0 starts from the state the lab was built with, kept already.
                 if slot_index == 0 and iteration and self.mode != "bare" and not self.streaming:
-                    if self.mode == "full":
-                        h.keyframes[iteration] = len(h.entries)  # the state the last entry left
+                    if self.mode == "full":  # the state the last record left, shared with it
+                        h.keyframes[iteration] = Keyframe(run.current, run.last_loss)
                     else:
                         self._keyframe(run, h, iteration)
                 slot = self.schedule[slot_index][r]
                 if slot is None:
                     continue
-                done.append((run.name, len(h)))
-                entry = run.execute(slot, iteration, self.tick, self.mode)
-                if entry is not None:
-                    if self.streaming:
-                        h.forget_all()
-                    # Appended here, not through a method: this runs for every op of a full lab.
-                    h.ticks.append(self.tick)
-                    h.entries.append(entry)
-                elif self.mode == "light":
-                    h.append(self.tick, run.last_loss, (run.grad_norm, run.param_norm))
+                index = len(h)
+                done.append((run.name, index))
+                record = run.execute(slot, iteration, self.tick, self.mode, index)
+                if self.mode == "bare":
+                    continue
+                if self.streaming:
+                    h.forget_all()
+                h.append(self.tick, run.last_loss, run.grad_norm, run.param_norm, record)
             self.tick += 1
             if done:
                 return done
@@ -212,11 +223,11 @@ class Lab:
     def _keyframe_tick(self, run_name: str, tick: int) -> int:
         """The first tick of the keyframe a replay to ``tick`` starts from."""
         iteration = max(tick, 0) // self.ticks_per_iteration
-        return max(k for k in self.history[run_name].keyframes if k <= iteration) * self.ticks_per_iteration
+        return self.history[run_name].keyframe_before(iteration) * self.ticks_per_iteration
 
     def _replay(
         self, run: Run, r: int, to_tick: int, full_from: int | None = None, resume_after: int | None = None
-    ) -> tuple | None:
+    ) -> OpRecord | None:
         """Perform ``run``'s ops up to ``to_tick``: from the keyframe before it, or on from
         ``resume_after`` (a tick ``run`` has just performed)."""
         if resume_after is None:
@@ -226,6 +237,7 @@ class Lab:
             first = resume_after + 1
         last = None
         capturing = resume_after is not None and full_from is not None and resume_after >= full_from
+        h = self.history[run.name]
         for t in range(first, to_tick + 1):
             it, s = divmod(t, self.ticks_per_iteration)
             slot = self.schedule[s][r]
@@ -234,8 +246,10 @@ class Lab:
             if full_from is not None and t >= full_from and not capturing:
                 run.current = run.capture()
                 capturing = True
-            mode: Mode = "full" if capturing else "replay"
-            last = run.execute(slot, it, t, mode)
+            if capturing:
+                last = run.execute(slot, it, t, "full", h.index_at(t))
+            else:
+                run.execute(slot, it, t, "replay")
         return last
 
     def seek(self, tick: int) -> None:
@@ -254,17 +268,20 @@ class Lab:
             h.truncate(tick)
             for k in [k for k in h.keyframes if k * self.ticks_per_iteration > tick + 1]:
                 del h.keyframes[k]
-            if self.mode == "full" and len(h):
-                run.current = OpRecord.from_entry(run.name, len(h) - 1, h.entries[-1]).snapshot
-            elif len(h):
+            if len(h.ticks):
+                run.current = run.capture()
                 run.grad_norm, run.param_norm = h.grad_norm[-1], h.param_norm[-1]
         self.tick = tick + 1
 
     def record(self, run_name: str, index: int) -> OpRecord:
-        """The full record of op ``index`` of a run, rebuilt by replay when only scalars were kept."""
+        """The full record of op ``index`` of a run: kept, or rebuilt by replay from a keyframe."""
+        return self.history[run_name].records[index]
+
+    def _rebuild(self, run_name: str, index: int) -> OpRecord:
+        """The record of op ``index`` of a run, made again by replaying its ops on a second copy of it."""
+        if self.streaming:
+            raise ValueError("a streaming lab keeps no earlier ops to rebuild")
         h = self.history[run_name]
-        if h.keep_records:
-            return OpRecord.from_entry(run_name, index, h.entries[index - h.forgotten])
         r = [x.name for x in self.runs].index(run_name)
         shadow = self._shadows.get(run_name)
         if shadow is None:
@@ -275,10 +292,10 @@ class Lab:
         # between them: views asking for an op and then the next one pay for one replay.
         at = self._shadow_at.pop(run_name, None)
         resume = at if at is not None and self._keyframe_tick(run_name, tick) <= at < tick else None
-        entry = self._replay(shadow, r, tick, full_from=start, resume_after=resume)
-        assert entry is not None and entry[2] == tick
+        record = self._replay(shadow, r, tick, full_from=start, resume_after=resume)
+        assert record is not None and record.tick == tick
         self._shadow_at[run_name] = tick
-        return OpRecord.from_entry(run_name, index, entry)
+        return record
 
     def record_at(self, run_name: str, tick: int) -> OpRecord | None:
         """The record of the run's last op at or before ``tick``; ``None`` before its first."""

@@ -2,9 +2,12 @@
 
 A :class:`Snapshot` is the full state of one run (parameters, ``.grad`` with
 ``None`` kept distinct from zeros, optimizer state, learning rates) as flat
-copies. An :class:`OpRecord` is what one op left behind. Small models
-keep a snapshot per op; large ones keep per-op scalars plus a snapshot every
-few iterations (keyframes), and any op is rebuilt exactly by replay.
+numpy copies; consecutive ops share the parts they did not change. An
+:class:`OpRecord` is what one op left behind. A run's :class:`RunHistory`
+keeps per-op scalars for every op, full records for the recent past, and a
+:class:`Keyframe` at the start of some iterations; any op whose record is no
+longer kept (or was never made, for large models) is rebuilt exactly by replay
+from the keyframe before it.
 """
 
 from __future__ import annotations
@@ -14,30 +17,17 @@ import math
 import sys
 import zlib
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, TypeVar, overload
+from typing import Any, NamedTuple, overload
 
 import numpy as np
-import torch
 
-from gradviz.engine.copying import HeldGrads
+from gradviz.engine.loop import OpSlot
 from gradviz.engine.scenario import Op
 
-T = TypeVar("T")
-
-
-def _make(cls: type[T], *values: Any) -> T:
-    """Build a frozen dataclass without its generated ``__init__``.
-
-    Frozen ``__init__`` assigns through ``object.__setattr__`` field by field and
-    costs several times the recording of a small model's op; this fills the
-    instance dictionary in one call. The result is as frozen as any other.
-    """
-    obj = object.__new__(cls)
-    obj.__dict__.update(zip(cls.__match_args__, values, strict=False))  # type: ignore[attr-defined]
-    return obj
+StateKey = tuple[str, str, tuple[int, ...], str]  # (parameter, state key, shape, "dtype@where")
 
 
 @dataclass(frozen=True)
@@ -70,54 +60,26 @@ class Layout:
         return out
 
 
-def numpy_of(t: torch.Tensor) -> np.ndarray:
-    """A read-only numpy view of a tensor that nothing writes to any more."""
-    a = (t if t.device.type == "cpu" else t.cpu()).numpy()
-    a.flags.writeable = False
-    return a
-
-
-@dataclass(frozen=True, eq=False, init=False)
+@dataclass(frozen=True, eq=False)
 class Weights:
     """What only a ``step`` (or a restore) changes: parameters, optimizer state, learning rates.
 
     Parameters and optimizer-state tensors are copied together, parameters
-    first, into ``data``: a float32 array, or its bytes where that copy is
-    cheaper (a step of a small model); the ops between two steps share one
+    first, into one float32 array; the ops between two steps share one
     ``Weights``.
     """
 
     layout: Layout
-    data: np.ndarray | bytes
-    state_keys: tuple[tuple[str, str, tuple[int, ...], str], ...]
+    flat: np.ndarray
+    state_keys: tuple[StateKey, ...]
     state_other: tuple[tuple[str, str, Any], ...]
     lr: Mapping[str, float]
 
-    def __init__(
-        self,
-        layout: Layout,
-        data: np.ndarray | bytes,
-        state_keys: tuple[tuple[str, str, tuple[int, ...], str], ...],
-        state_other: tuple[tuple[str, str, Any], ...],
-        lr: Mapping[str, float],
-    ) -> None:
-        # Filled in directly: a frozen dataclass's own __init__ sets fields one
-        # object.__setattr__ at a time, several times the cost of a small model's copy.
-        d = self.__dict__
-        d["layout"], d["data"], d["lr"] = layout, data, lr
-        d["state_keys"], d["state_other"] = state_keys, state_other
-
-    @cached_property
-    def flat(self) -> np.ndarray:
-        """Parameters and optimizer state end to end, read-only where kept as bytes."""
-        data = self.data
-        return data if isinstance(data, np.ndarray) else np.frombuffer(data, np.float32)
-
-    @cached_property
+    @property
     def param_flat(self) -> np.ndarray:
         return self.flat[: self.layout.total]
 
-    @cached_property
+    @property
     def state_flat(self) -> np.ndarray:
         return self.flat[self.layout.total :]
 
@@ -141,31 +103,27 @@ class Weights:
         return out
 
 
-GradData = np.ndarray | HeldGrads
+@dataclass(frozen=True, slots=True, eq=False)
+class Grads:
+    """Copies of ``.grad`` tensors end to end, and which parameters had one.
+
+    ``present[i]`` is False where the parameter's ``.grad`` was ``None``,
+    which is not the same as a tensor of zeros; ``flat`` holds the present ones only.
+    """
+
+    flat: np.ndarray
+    present: tuple[bool, ...]
 
 
-def grad_flat_of(data: GradData) -> np.ndarray:
-    """Every present ``.grad`` end to end, copying held tensors if not yet copied."""
-    return data if isinstance(data, np.ndarray) else data.flat()
-
-
-@dataclass(frozen=True, eq=False, init=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class Snapshot:
     """The full state of a run at one moment, copied from the real tensors.
 
-    The flat arrays are copies that nothing writes to; ``.grad`` may still be
-    held by reference (:class:`HeldGrads`) and is copied on first read at the
-    latest. The named views are made on first access, so recording an op costs
-    only the copies.
+    Named views are made when read, so recording an op costs only the copies.
     """
 
     weights: Weights
-    grad_data: GradData
-    grad_present: tuple[bool, ...]
-
-    def __init__(self, weights: Weights, grad_data: GradData, grad_present: tuple[bool, ...]) -> None:
-        d = self.__dict__  # as in Weights
-        d["weights"], d["grad_data"], d["grad_present"] = weights, grad_data, grad_present
+    grad_copy: Grads
 
     @property
     def layout(self) -> Layout:
@@ -180,7 +138,16 @@ class Snapshot:
         return self.weights.state_flat
 
     @property
-    def state_keys(self) -> tuple[tuple[str, str, tuple[int, ...], str], ...]:
+    def grad_flat(self) -> np.ndarray:
+        """Every present ``.grad``, end to end."""
+        return self.grad_copy.flat
+
+    @property
+    def grad_present(self) -> tuple[bool, ...]:
+        return self.grad_copy.present
+
+    @property
+    def state_keys(self) -> tuple[StateKey, ...]:
         return self.weights.state_keys
 
     @property
@@ -192,21 +159,21 @@ class Snapshot:
         return self.weights.lr
 
     @property
-    def grad_flat(self) -> np.ndarray:
-        """Every present ``.grad``, end to end."""
-        return grad_flat_of(self.grad_data)
-
-    @property
     def params(self) -> dict[str, np.ndarray]:
         return self.weights.params
 
-    @cached_property
+    @property
     def grads(self) -> dict[str, np.ndarray | None]:
-        return self.layout.split(self.grad_flat, self.grad_present)
+        return self.layout.split(self.grad_copy.flat, self.grad_copy.present)
 
     @property
     def state(self) -> dict[str, dict[str, Any]]:
         return self.weights.state
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the copied arrays."""
+        return self.weights.flat.nbytes + self.grad_copy.flat.nbytes
 
 
 # Where a float32's sign and high exponent bits lie among its four bytes.
@@ -223,11 +190,12 @@ class PackedSnapshot:
     compressing them would cost several times as long for a few percent.
     """
 
+    __slots__ = ("_fields", "_low", "_top", "_weight_count")
+
     def __init__(self, snap: Snapshot) -> None:
         w = snap.weights
-        grads = snap.grad_flat
         self._weight_count = w.flat.size
-        words = np.concatenate((w.flat, grads)).view(np.uint8).reshape(-1, 4)
+        words = np.concatenate((w.flat, snap.grad_flat)).view(np.uint8).reshape(-1, 4)
         self._low = words[:, _LOW_BYTES].copy()
         self._top = zlib.compress(words[:, _TOP_BYTE].tobytes(), 1)
         self._fields = (w.layout, w.state_keys, w.state_other, w.lr, snap.grad_present)
@@ -241,51 +209,59 @@ class PackedSnapshot:
         flat.flags.writeable = False
         weights, grads = np.split(flat, [self._weight_count])
         layout, keys, other, lr, present = self._fields
-        return Snapshot(Weights(layout, weights, keys, other, lr), grads, present)
+        return Snapshot(Weights(layout, weights, keys, other, lr), Grads(grads, present))
 
     @property
     def nbytes(self) -> int:
         return self._low.nbytes + len(self._top)
 
 
-@dataclass(frozen=True, eq=False)
-class OpRecord:
-    """What one op of one run left behind. Arrays are read-only numpy views of copies.
+class OpRecord(NamedTuple):
+    """What one op of one run left behind. Arrays are read-only numpy copies; no tensor is held.
+
+    A named tuple: immutable, and made in one call for every op of a small model.
 
     ``grads[name] is None`` means PyTorch's ``.grad`` was ``None``, which is not
-    the same as a tensor of zeros. ``fresh_grads`` (``backward`` only) holds what
-    this call alone delivered to each ``.grad``; ``None`` where it added nothing.
-    ``fresh`` is what hooks caught of it, or ``True`` where every ``.grad`` was
-    ``None`` before the call: autograd then sets ``.grad`` to exactly what it
-    delivers, so the new ``.grad`` is the fresh gradient.
+    the same as a tensor of zeros. ``fresh`` (``backward`` only) is what this
+    call alone delivered to each ``.grad`` as hooks caught it; where every
+    ``.grad`` was ``None`` before the call, autograd sets ``.grad`` to exactly
+    what it delivers, so ``fresh`` is the new ``.grad`` itself. ``prior``
+    (``backward`` only) is what ``.grad`` held before the call.
     """
 
     run: str
     index: int
     tick: int
     iteration: int
-    micro: int
-    phase: str
-    op: Op
-    line: int
-    lines: tuple[int, int]
+    slot: OpSlot
     loss: float | None
     diverged: bool
     error: str | None
     snapshot: Snapshot
-    fresh: tuple[torch.Tensor | None, ...] | bool | None = None
-    prior: Snapshot | None = None
+    fresh: Grads | None = None
+    prior: Grads | None = None
 
-    @classmethod
-    def from_entry(cls, run: str, index: int, entry: Entry) -> OpRecord:
-        """The record of op ``index`` of ``run`` from what recording kept of it."""
-        slot, iteration, tick, loss, diverged, error, weights, grads, present, fresh, prior = entry
-        snap = Snapshot(weights, grads, present)
-        before = None if prior is None else Snapshot(weights, *prior)
-        return _make(
-            cls, run, index, tick, iteration, slot.micro, slot.phase, slot.op, slot.line,
-            (slot.first, slot.last), loss, diverged, error, snap, fresh, before,
-        )  # fmt: skip
+    @property
+    def op(self) -> Op:
+        return self.slot.op
+
+    @property
+    def phase(self) -> str:
+        return self.slot.phase
+
+    @property
+    def micro(self) -> int:
+        return self.slot.micro
+
+    @property
+    def line(self) -> int:
+        """The source line that performs the op (1-based)."""
+        return self.slot.line
+
+    @property
+    def lines(self) -> tuple[int, int]:
+        """The first and last source line of the op's statement."""
+        return (self.slot.first, self.slot.last)
 
     @property
     def memory(self) -> dict[str, int]:
@@ -309,164 +285,192 @@ class OpRecord:
     def lr(self) -> Mapping[str, float]:
         return self.snapshot.lr
 
-    @cached_property
+    @property
     def fresh_grads(self) -> dict[str, np.ndarray | None] | None:
-        if self.fresh is None:
-            return None
-        if not isinstance(self.fresh, tuple):  # True: .grad is what the call delivered
-            return self.grads
-        out: dict[str, np.ndarray | None] = {}
-        for name, t in zip(self.snapshot.layout.names, self.fresh, strict=True):
-            out[name] = None if t is None else numpy_of(t)
-        return out
+        """For ``backward``: what this call alone delivered to each ``.grad`` (``None`` where nothing)."""
+        return None if self.fresh is None else self.snapshot.layout.split(self.fresh.flat, self.fresh.present)
 
     @property
     def stale_grads(self) -> dict[str, np.ndarray | None] | None:
         """For ``backward``: what ``.grad`` already held before this call (``None`` where nothing)."""
-        return None if self.prior is None else self.prior.grads
+        return None if self.prior is None else self.snapshot.layout.split(self.prior.flat, self.prior.present)
 
 
-# What recording keeps of one op: (slot, iteration, tick, loss, diverged, error,
-# weights, grad data, grad present, fresh, prior) where prior is the (grad data,
-# grad present) a backward found. A plain tuple of what the run already holds,
-# because building objects for every op would cost more than the copies;
-# snapshots and records are made when read.
-Entry = tuple
+@dataclass(frozen=True, slots=True, eq=False)
+class Keyframe:
+    """The state of a run at the start of an iteration, and its loss then: where a replay starts."""
+
+    snapshot: Snapshot | PackedSnapshot
+    loss: float | None
+
+    def unpacked(self) -> Snapshot:
+        snap = self.snapshot
+        return snap.unpack() if isinstance(snap, PackedSnapshot) else snap
+
+    def packed(self) -> Keyframe:
+        """The same keyframe in fewer bytes."""
+        snap = self.snapshot
+        return self if isinstance(snap, PackedSnapshot) else Keyframe(PackedSnapshot(snap), self.loss)
 
 
-class _Records(Sequence[OpRecord]):
-    """The full records of a run, made from the kept entries when read."""
+Rebuild = Callable[[str, int], OpRecord]
+
+
+class Records(Sequence[OpRecord]):
+    """Every op's full record, by op index: kept ones as they are, the others rebuilt by replay."""
 
     def __init__(self, history: RunHistory) -> None:
         self._h = history
 
     def __len__(self) -> int:
-        return len(self._h.entries)
+        return len(self._h)
 
     @overload
     def __getitem__(self, i: int) -> OpRecord: ...
     @overload
     def __getitem__(self, i: slice) -> list[OpRecord]: ...
     def __getitem__(self, i: int | slice) -> OpRecord | list[OpRecord]:
-        n = len(self._h.entries)
+        h = self._h
+        n = len(h)
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(n))]
         if i < 0:
             i += n
         if not 0 <= i < n:
             raise IndexError(i)
-        return OpRecord.from_entry(self._h.run, self._h.forgotten + i, self._h.entries[i])
+        kept = i - h.recent_from
+        if kept >= 0:
+            return h.recent[kept]
+        if h.rebuild is None:
+            raise IndexError(f"op {i} of {h.run} is not kept and cannot be rebuilt")
+        return h.rebuild(h.run, i)
 
 
 class RunHistory:
-    """The ops of one run: a tick per op, full entries where kept, scalar columns for the timeline.
+    """The ops of one run, in bounded memory.
 
-    With full entries the columns are derived from them when first read, so
-    recording an op does no arithmetic for the timeline.
+    - Every op: its tick, its loss and the norms of ``.grad`` and of the
+      parameters after it, in 4- and 8-byte columns (what the timeline plots).
+    - The recent past: the op's full :class:`OpRecord`, at most ``recent`` of
+      them (0 for a large model, which keeps none).
+    - Keyframes: the state at the start of an iteration. While its ops' records
+      are kept, every iteration has one (sharing the record's arrays); further
+      back only every ``thinned_every``-th stays, packed.
+
+    ``records[i]`` is the record of op ``i`` either way: older ones are rebuilt
+    by ``rebuild`` (the lab's replay from the keyframe before them).
     """
 
-    def __init__(self, run: str, keep_records: bool) -> None:
+    def __init__(self, run: str, recent: int, rebuild: Rebuild | None = None) -> None:
         self.run = run
-        self.keep_records = keep_records
-        self.ticks = array("i")  # 4-byte columns: beside the keyframes, the rest of a large model's history
-        self.entries: list[Entry] = []
-        # Ops dropped from the front by forget_all (a streaming lab): op i is entries[i - forgotten].
+        self.recent_limit = recent
+        self.rebuild = rebuild
+        self.keep_records = recent > 0
+        self.recent: list[OpRecord] = []
+        self.records = Records(self)
+        self.keyframes: dict[int, Keyframe] = {}
+        # Iterations between keyframes of the thinned past; 0 until the first thinning sizes it.
+        self.thinned_every = 0
+        # Ops dropped from the front of the columns (a streaming lab): op i is ticks[i - forgotten].
         self.forgotten = 0
-        self.records = _Records(self)
-        # Iteration -> (state at its start, the loss then), packed where memory is bounded;
-        # or, with full entries, the number of entries before it (the last one left that state).
-        self.keyframes: dict[int, tuple[Snapshot | PackedSnapshot, float | None] | int] = {}
-        # The loss exactly as PyTorch gave it; the norms only feed the timeline's plots.
-        self._columns = {"loss": array("d"), "grad_norm": array("f"), "param_norm": array("f")}
+        self.ticks = array("i")
+        self.loss = array("d")  # exactly as PyTorch gave it (nan before the first forward)
+        self.grad_norm = array("f")  # norms only feed the timeline's plots
+        self.param_norm = array("f")
 
     def __len__(self) -> int:
         return self.forgotten + len(self.ticks)
 
+    @property
+    def recent_from(self) -> int:
+        """Index of the first op whose full record is kept."""
+        return len(self) - len(self.recent)
+
+    def append(
+        self,
+        tick: int,
+        loss: float | None,
+        grad_norm: float,
+        param_norm: float,
+        record: OpRecord | None = None,
+    ) -> None:
+        """Add one op: its scalars, and its full record where this history keeps them."""
+        self.ticks.append(tick)
+        self.loss.append(math.nan if loss is None else loss)
+        self.grad_norm.append(grad_norm)
+        self.param_norm.append(param_norm)
+        if record is not None and self.keep_records:
+            self.recent.append(record)
+            if len(self.recent) >= 2 * self.recent_limit:
+                self._thin(len(self.recent) - self.recent_limit)
+
+    def _thin(self, n: int) -> None:
+        """Drop the oldest ``n`` full records, and the keyframes of their iterations but every
+        ``thinned_every``-th (packed), so that memory per op falls to the columns and a share of one."""
+        dropped, self.recent = self.recent[:n], self.recent[n:]
+        if not self.thinned_every:
+            size = dropped[-1].snapshot.nbytes + KEYFRAME_OVERHEAD
+            self.thinned_every = max(1, math.ceil(size / THINNED_KEYFRAME_BUDGET))
+        first_kept = self.recent[0].iteration if self.recent else dropped[-1].iteration + 1
+        for k in [k for k in self.keyframes if k < first_kept]:
+            keyframe = self.keyframes[k]
+            if k % self.thinned_every:
+                del self.keyframes[k]
+            elif not isinstance(keyframe.snapshot, PackedSnapshot):
+                self.keyframes[k] = keyframe.packed()
+
     def forget_all(self) -> None:
         """Drop every op kept so far, still counting them (a streaming lab calls it before each op).
 
-        Only :meth:`__len__`, the ops appended afterwards and the keyframes stay;
-        ticks, columns and records are those of the later ops alone.
+        Only :meth:`__len__`, the ops appended afterwards and the keyframes stay.
         """
-        n = len(self.ticks)
-        self.forgotten += n
-        del self.ticks[:]
-        del self.entries[:]
-        for col in self._columns.values():
-            del col[:n]
-
-    def append(self, tick: int, loss: float | None, norms: tuple[float, float]) -> None:
-        """Add one op of a light run: its loss and (grad, param) norms.
-
-        A full run's ops are added by appending to ``ticks`` and ``entries``.
-        """
-        self.ticks.append(tick)
-        c = self._columns
-        c["loss"].append(math.nan if loss is None else loss)
-        c["grad_norm"].append(norms[0])
-        c["param_norm"].append(norms[1])
-
-    def _column(self, name: str) -> array:
-        col = self._columns[name]
-        if self.keep_records:
-            loss, grad, param = self._columns.values()
-            for entry in self.entries[len(col) :]:
-                loss.append(math.nan if entry[3] is None else entry[3])
-                grad.append(float(np.linalg.norm(grad_flat_of(entry[7]))))
-                param.append(float(np.linalg.norm(entry[6].param_flat)))
-        return col
-
-    @property
-    def loss(self) -> array:
-        """Loss after each op (nan before the first forward)."""
-        return self._column("loss")
-
-    @property
-    def grad_norm(self) -> array:
-        """Norm of all ``.grad`` after each op (``None`` counts as nothing)."""
-        return self._column("grad_norm")
-
-    @property
-    def param_norm(self) -> array:
-        """Norm of all parameters after each op."""
-        return self._column("param_norm")
+        self.forgotten += len(self.ticks)
+        for col in (self.ticks, self.loss, self.grad_norm, self.param_norm):
+            del col[:]
+        self.recent.clear()
 
     def keyframe(self, iteration: int) -> tuple[Snapshot, float | None]:
         """The keyframe at the start of ``iteration`` (unpacked) and the loss then."""
         kept = self.keyframes[iteration]
-        if isinstance(kept, int):
-            if kept == 0:
-                return self.keyframe(0)
-            entry = self.entries[kept - 1]
-            return Snapshot(entry[6], entry[7], entry[8]), entry[3]
-        snap, loss = kept
-        return (snap.unpack() if isinstance(snap, PackedSnapshot) else snap), loss
+        return kept.unpacked(), kept.loss
+
+    def keyframe_before(self, iteration: int) -> int:
+        """The last iteration at or before ``iteration`` that has a keyframe."""
+        if iteration in self.keyframes:
+            return iteration
+        order = list(self.keyframes)  # inserted in time order
+        return order[bisect.bisect_right(order, iteration) - 1]
 
     def index_at(self, tick: int) -> int:
         """Index of the last op with ``tick`` at or before ``tick``; -1 if none."""
         return self.forgotten + bisect.bisect_right(self.ticks, tick) - 1
 
     def truncate(self, tick: int) -> None:
-        """Forget every op after ``tick``."""
+        """Forget every op after ``tick`` (the lab drops the keyframes after it)."""
         keep = max(self.index_at(tick) + 1 - self.forgotten, 0)
-        del self.ticks[keep:]
-        del self.entries[keep:]
-        for col in self._columns.values():
+        del self.recent[max(keep + self.forgotten - self.recent_from, 0) :]
+        for col in (self.ticks, self.loss, self.grad_norm, self.param_norm):
             del col[keep:]
+
+
+# Bytes a kept keyframe costs beyond its arrays (its objects), and bytes of keyframe per
+# iteration that the thinned past of a small model may spend.
+KEYFRAME_OVERHEAD = 700
+THINNED_KEYFRAME_BUDGET = 64
 
 
 class History:
     """Every run's ops in order, addressable by run name and op index or by tick."""
 
-    def __init__(self, runs: list[str], keep_records: bool) -> None:
-        self.runs = {name: RunHistory(name, keep_records) for name in runs}
+    def __init__(self, runs: list[str], recent: int, rebuild: Rebuild | None = None) -> None:
+        self.runs = {name: RunHistory(name, recent, rebuild) for name in runs}
 
     def __getitem__(self, run: str) -> RunHistory:
         return self.runs[run]
 
     @property
     def last_tick(self) -> int:
-        return max((h.ticks[-1] for h in self.runs.values() if len(h)), default=-1)
+        return max((h.ticks[-1] for h in self.runs.values() if len(h.ticks)), default=-1)
 
     def truncate(self, tick: int) -> None:
         for h in self.runs.values():

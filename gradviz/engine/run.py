@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import math
-import operator
-from collections.abc import Sequence
-from itertools import compress
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
 
-from gradviz.engine.copying import EMPTY, HeldGrads, byte_views, flat_copy, numpy_views
+from gradviz.engine.copying import EMPTY, flat_copy, join, numpy_views
 from gradviz.engine.loop import OpSlot, build_program
-from gradviz.engine.record import Entry, GradData, Layout, Snapshot, Weights
+from gradviz.engine.record import Grads, Layout, OpRecord, Snapshot, StateKey, Weights
 from gradviz.engine.scenario import RunSpec, Scenario
 from gradviz.engine.zoo import Batch, Phase, build_task
 
@@ -21,10 +20,6 @@ if TYPE_CHECKING:
     from gradviz.engine.graph import GraphCapture
 
 Mode = Literal["replay", "bare", "light", "full"]
-
-_GRAD = operator.attrgetter("grad")
-_STATE = operator.attrgetter("state")
-_LR = operator.itemgetter("lr")
 
 
 class Run:
@@ -66,33 +61,24 @@ class Run:
         self.error: str | None = None
         self.grad_norm = 0.0
         self.param_norm = 0.0
-        self._state_cache: tuple[list[int], list[dict], list[Any], tuple, tuple] | None = None
-        # The optimizer-state tensors the views of parameters and state were made with.
-        self._views: tuple[list[torch.Tensor], list[memoryview] | None] = ([], None)
-        self._held: list[HeldGrads] = []
-        self._nones = (None,) * len(self.tensors)
-        self._nones_present = (False,) * len(self.tensors)
-        self._all_present = (True,) * len(self.tensors)
+        self._state_layout: StateLayout | None = None
+        self._no_grads = Grads(EMPTY, (False,) * len(self.tensors))
         # Parameters are only ever changed in place, so views of them stay valid.
         self._param_views = numpy_views(self.tensors)
-        self._on_gpu = device.type != "cpu"
         self._grad_writers = self._ops_writing_grads()
-        self._first_groups = [opt.param_groups[0] for opt in self.optimizers.values()]
-        # The learning rates last read, raw and as recorded (one dictionary while they hold).
-        self._lrs: tuple[list[Any], dict[str, float]] = ([], {"lr": spec.optimizer.lr})
+        # The learning rates as last recorded: one dictionary shared by the snapshots while they hold.
+        self._lrs: dict[str, float] = {"lr": spec.optimizer.lr}
         self.current = self.capture()
 
     def _ops_writing_grads(self) -> frozenset[str]:
-        """The ops that may write a ``.grad`` tensor in place, so that one held must be copied first.
+        """The ops that may change a ``.grad``, after which a record copies them again.
 
-        ``backward`` adds to an existing ``.grad``; zeroing without
-        ``set_to_none`` zeroes it. torch.optim's multi-tensor and fused steps
-        (the default off the CPU) may use ``.grad`` as scratch: SGD with
-        Nesterov momentum adds the momentum into it.
+        ``backward`` fills or adds to ``.grad``; ``zero_grad`` sets it to
+        ``None`` or zeroes it. torch.optim's multi-tensor and fused steps (the
+        default off the CPU) may use ``.grad`` as scratch: SGD with Nesterov
+        momentum adds the momentum into it.
         """
-        ops = {"backward"}
-        if not self.loop.set_to_none:
-            ops.add("zero_grad")
+        ops = {"backward", "zero_grad"}
         device = self.tensors[0].device.type
         for opt in self.optimizers.values():
             for group in opt.param_groups:
@@ -100,15 +86,6 @@ class Run:
                 if fused or foreach or (foreach is None and device != "cpu"):
                     ops.add("step")
         return frozenset(ops)
-
-    @property
-    def current(self) -> Snapshot:
-        """The state of this run after its last op."""
-        return Snapshot(self.weights, self.grad_data, self.grad_present)
-
-    @current.setter
-    def current(self, snap: Snapshot) -> None:
-        self.weights, self.grad_data, self.grad_present = snap.weights, snap.grad_data, snap.grad_present
 
     def _catch_fresh_grads(self, on: bool) -> None:
         """Register (or remove) the hooks that keep what each backward delivers.
@@ -187,20 +164,20 @@ class Run:
         else:
             self._step(phase)
 
-    def execute(self, slot: OpSlot, iteration: int, tick: int, mode: Mode) -> Entry | None:
+    def execute(
+        self, slot: OpSlot, iteration: int, tick: int, mode: Mode, index: int = -1
+    ) -> OpRecord | None:
         """Perform ``slot``'s op for real; record it as ``mode`` asks.
 
         An exception from PyTorch (for example ``p.grad`` being ``None`` in a
         manual loop) stops this run with that error, as it would stop the
         user's program; a non-finite loss or parameter marks it diverged.
         ``replay`` mode repeats ops already checked, so it skips the checks.
-        In ``full`` mode the result is what the history keeps of the op.
+        In ``full`` mode the result is the op's record (``index``: its place in the run's history).
         """
-        if self._held and slot.op in self._grad_writers:
-            self._copy_live_held()
         if slot.op == "backward":
             # Hooks are needed only where the call adds to an existing .grad (see OpRecord.fresh).
-            adding = mode == "full" and any(map(operator.is_not, map(_GRAD, self.tensors), self._nones))
+            adding = mode == "full" and any(p.grad is not None for p in self.tensors)
             if adding != bool(self._hooks):
                 self._catch_fresh_grads(adding)
         try:
@@ -214,7 +191,7 @@ class Run:
         if slot.op == "forward" and self.last_loss is not None and not math.isfinite(self.last_loss):
             self.status = "diverged"
         if mode == "full":
-            return self._capture_op(slot, iteration, tick)
+            return self._record(slot, iteration, tick, index)
         if mode == "bare":
             if slot.op == "step" and not math.isfinite(self._param_norm()):
                 self.status = "diverged"
@@ -223,95 +200,58 @@ class Run:
         return None
 
     # ------------------------------------------------------------ recording
-    # Recording runs right after PyTorch's calls, with the processor's caches full of
-    # PyTorch: each Python frame and library call costs several times what it costs
-    # alone, so the code below keeps to few frames (map and C-level helpers, no
-    # comprehensions) and copies a step's state with one bytes join.
+    def _record(self, slot: OpSlot, iteration: int, tick: int, index: int) -> OpRecord:
+        """The record of ``slot``'s op, just performed: copies of what it changed, shared the rest."""
+        before = self.current
+        weights, grads = before.weights, before.grad_copy
+        if slot.op in self._grad_writers:
+            grads = self._copy_grads()
+            self.grad_norm = _norm([grads.flat]) if grads.flat.size else 0.0
+        if slot.op == "step":
+            weights = self._weights_now()
+            self._measure("step")
+        fresh = prior = None
+        if slot.op == "backward":
+            prior = before.grad_copy
+            # Where every .grad was None, autograd made .grad exactly what it delivered.
+            fresh = self._fresh_copy() if self._hooks else grads
+        if weights is not before.weights or grads is not before.grad_copy:
+            self.current = Snapshot(weights, grads)
+        return OpRecord(
+            self.name, index, tick, iteration, slot, self.last_loss, self.status == "diverged", self.error,
+            self.current, fresh, prior,
+        )  # fmt: skip
 
-    def _weights_now(self, cached: bool = False) -> Weights:
+    def _copy_grads(self) -> Grads:
+        """Every ``.grad`` now, copied; ``None`` ones marked absent."""
+        grads = [p.grad for p in self.tensors]
+        present = tuple([g is not None for g in grads])
+        if True not in present:
+            return self._no_grads
+        return Grads(flat_copy([g for g in grads if g is not None]), present)
+
+    def _fresh_copy(self) -> Grads:
+        """What the last backward delivered to each parameter (hooks caught it), copied; then let go."""
+        caught = [self._fresh.get(i) for i in range(len(self.tensors))]
+        self._fresh.clear()
+        present = tuple(t is not None for t in caught)
+        return Grads(flat_copy([t for t in caught if t is not None]), present)
+
+    def _weights_now(self) -> Weights:
         """Parameters, optimizer state and learning rates now, copied into one flat array.
 
-        With ``cached`` the copy goes through views kept while the optimizer's
-        state tensors stay the same objects: parameters and state are changed in
-        place, so the views stay valid for a whole run and a step's copy is one
-        ``bytes.join``.
+        The copy goes through numpy views of the tensors, kept while the
+        optimizer's state tensors stay the same objects: parameters and state
+        change in place, so a step's copy is one ``numpy.concatenate``.
         """
-        sizes = list(map(len, map(_STATE, self.optimizers.values())))
-        layout = self._state_cache
-        if layout is None or layout[0] != sizes:
-            layout = self._state_cache = (sizes, *self._state_layout())
-        _, dicts, names, keys, other = layout
-        state = list(map(operator.getitem, dicts, names))
-        lr_now = list(map(_LR, self._first_groups))
-        if lr_now != self._lrs[0]:
-            self._lrs = (lr_now, dict(zip(self.optimizers, map(float, lr_now), strict=True)))
-        lrs = self._lrs[1]
-        if not cached:
-            return Weights(self.layout, flat_copy(self.tensors + state), keys, other, lrs)
-        known, views = self._views
-        if len(known) != len(state) or not all(map(operator.is_, known, state)):
-            views = byte_views(self.tensors + state)
-            self._views = (state, views)
-        data = b"".join(views) if views is not None else flat_copy(self.tensors + state)
-        return Weights(self.layout, data, keys, other, lrs)
-
-    def _grads(self, hold: bool = False) -> tuple[GradData, tuple[bool, ...]]:
-        """Every ``.grad`` now: copied, or with ``hold`` kept by reference (see :meth:`_copy_live_held`)."""
-        maybe = list(map(_GRAD, self.tensors))
-        present = tuple(map(operator.is_not, maybe, self._nones))
-        if present == self._nones_present:
-            self._held.clear()  # no held tensor can be any parameter's .grad now
-            return EMPTY, self._nones_present
-        grads = maybe if present == self._all_present else list(compress(maybe, present))
-        if not hold:
-            return flat_copy(grads), present
-        held = HeldGrads(grads)
-        self._held.append(held)
-        return held, present
-
-    def _copy_held(self) -> None:
-        for held in self._held:
-            held.flat()
-        self._held.clear()
-
-    def _copy_live_held(self) -> None:
-        """Copy the held ``.grad`` tensors that are still some parameter's ``.grad``; forget the rest.
-
-        Called before an op that may write a ``.grad`` in place. A tensor that is
-        no longer any parameter's ``.grad`` (``zero_grad`` set it to ``None``) is
-        out of PyTorch's reach, so the reference stays as good as a copy: a
-        standard loop records every ``.grad`` without copying it at all.
-        """
-        live = set(map(id, map(_GRAD, self.tensors)))
-        for held in self._held:
-            if held.holds_any(live):
-                held.flat()
-        self._held.clear()
-
-    def _state_layout(self) -> tuple[list[dict], list[Any], tuple, tuple]:
-        """Where each optimizer-state tensor lives: its entry dictionary and key, and what the
-        snapshot calls it; and the state that is not a tensor.
-
-        Made again only when entries appear, which happens at the first steps.
-        """
-        dicts: list[dict] = []
-        names: list[Any] = []
-        keys: list[tuple[str, str, tuple[int, ...], str]] = []
-        other: list[tuple[str, str, Any]] = []
-        for opt in self.optimizers.values():
-            for group in opt.param_groups:
-                for p in group["params"]:
-                    entries = opt.state.get(p, {})
-                    name = self._by_id[id(p)]
-                    for key, value in entries.items():
-                        if isinstance(value, torch.Tensor):
-                            where = "cpu" if value.device.type == "cpu" else "param"
-                            keys.append((name, key, tuple(value.shape), f"{value.dtype}@{where}"))
-                            dicts.append(entries)
-                            names.append(key)
-                        else:
-                            other.append((name, key, value))
-        return dicts, names, tuple(keys), tuple(other)
+        layout = self._state_layout
+        if layout is None or not layout.holds(self.optimizers.values()):
+            layout = self._state_layout = StateLayout.of(self.optimizers.values(), self.tensors, self._by_id)
+        lr_now = {name: float(opt.param_groups[0]["lr"]) for name, opt in self.optimizers.items()}
+        if lr_now != self._lrs:
+            self._lrs = lr_now
+        flat = join(layout.views) if layout.views is not None else flat_copy(self.tensors + layout.tensors)
+        return Weights(self.layout, flat, layout.keys, layout.other_now(), self._lrs)
 
     @property
     def grads_unread_at_iteration_start(self) -> bool:
@@ -334,8 +274,7 @@ class Run:
         With ``grads=False`` every ``.grad`` is recorded as ``None`` (see
         :attr:`grads_unread_at_iteration_start`).
         """
-        grad_flat, present = self._grads() if grads else (EMPTY, (False,) * len(self.tensors))
-        return Snapshot(self._weights_now(), grad_flat, present)
+        return Snapshot(self._weights_now(), self._copy_grads() if grads else self._no_grads)
 
     def _param_norm(self) -> float:
         """Norm of all parameters now; inf or nan when one of them is."""
@@ -343,7 +282,7 @@ class Run:
         return _norm(views) if views is not None else _torch_norm(self.tensors)
 
     def _measure(self, op: str) -> None:
-        """Light recording: only the norms the timeline plots."""
+        """The norms the timeline plots, from the live tensors (all a light run records)."""
         if op in ("zero_grad", "backward"):
             grads = [p.grad for p in self.tensors if p.grad is not None]
             views = numpy_views(grads)
@@ -352,35 +291,6 @@ class Run:
             self.param_norm = self._param_norm()
             if not math.isfinite(self.param_norm):
                 self.status = "diverged"
-
-    def _capture_op(self, slot: OpSlot, iteration: int, tick: int) -> Entry:
-        """What the history keeps of ``slot``'s op, just performed (see :data:`Entry`)."""
-        op = slot.op
-        fresh: tuple | bool | None = None
-        prior = None
-        if self._held and self._on_gpu:
-            self._copy_held()  # so that the history keeps no device memory
-        if op == "backward":
-            prior = (self.grad_data, self.grad_present)
-            if not self._hooks:
-                fresh = True
-            else:
-                # The hook's tensors are never written again (holding them stops autograd
-                # from reusing them as .grad), so references are as good as copies.
-                fresh = tuple(map(self._fresh.get, range(len(self.tensors))))
-                if self._on_gpu:
-                    fresh = tuple(_cpu(t) for t in fresh)
-        # zero_grad and backward change .grad; a step only where it may use .grad as scratch.
-        if op == "zero_grad" or op == "backward" or op in self._grad_writers:
-            self.grad_data, self.grad_present = self._grads(hold=True)
-        if op == "step":
-            self.weights = self._weights_now(cached=True)
-            if not math.isfinite(self._param_norm()):
-                self.status = "diverged"
-        return (
-            slot, iteration, tick, self.last_loss, self.status == "diverged", self.error,
-            self.weights, self.grad_data, self.grad_present, fresh, prior,
-        )  # fmt: skip
 
     # -------------------------------------------------------------- restore
     def restore(self, snap: Snapshot, loss: float | None) -> None:
@@ -412,8 +322,7 @@ class Run:
         for name, opt in self.optimizers.items():
             for group in opt.param_groups:
                 group["lr"] = snap.lr[name]
-        self._state_cache = None
-        self._held.clear()
+        self._state_layout = None
         self._live_loss.clear()
         self._fresh.clear()
         self.last_loss = loss
@@ -424,8 +333,59 @@ class Run:
         self.current = snap
 
 
-def _cpu(t: torch.Tensor | None) -> torch.Tensor | None:
-    return t if t is None or t.device.type == "cpu" else t.cpu()
+@dataclass(frozen=True, eq=False)
+class StateLayout:
+    """Where each optimizer-state tensor lives and what a snapshot calls it, with numpy views
+    of the parameters and those tensors for a step's copy.
+
+    Optimizers create their state at the first steps and then change it in
+    place, so one layout serves a whole run; :meth:`holds` says when it no longer does.
+    """
+
+    tensors: list[torch.Tensor]
+    places: list[tuple[dict[str, Any], str]]  # each tensor's state entry and key
+    keys: tuple[StateKey, ...]
+    others: list[tuple[str, dict[str, Any], str]]  # state that is not a tensor: parameter, entry, key
+    populated: int  # parameters with state
+    views: list[np.ndarray] | None
+
+    @classmethod
+    def of(
+        cls,
+        optimizers: Iterable[torch.optim.Optimizer],
+        params: Sequence[torch.Tensor],
+        names: dict[int, str],
+    ) -> StateLayout:
+        """The layout of the optimizers' state now, in the order of their parameter groups."""
+        tensors: list[torch.Tensor] = []
+        places: list[tuple[dict[str, Any], str]] = []
+        keys: list[StateKey] = []
+        others: list[tuple[str, dict[str, Any], str]] = []
+        populated = 0
+        for opt in optimizers:
+            populated += len(opt.state)
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    entries = opt.state.get(p, {})
+                    for key, value in entries.items():
+                        if isinstance(value, torch.Tensor):
+                            where = "cpu" if value.device.type == "cpu" else "param"
+                            keys.append((names[id(p)], key, tuple(value.shape), f"{value.dtype}@{where}"))
+                            tensors.append(value)
+                            places.append((entries, key))
+                        else:
+                            others.append((names[id(p)], entries, key))
+        return cls(tensors, places, tuple(keys), others, populated, numpy_views([*params, *tensors]))
+
+    def holds(self, optimizers: Iterable[torch.optim.Optimizer]) -> bool:
+        """True while the optimizers keep exactly these state tensors."""
+        return sum([len(opt.state) for opt in optimizers]) == self.populated and all(
+            [entries.get(key) is t for (entries, key), t in zip(self.places, self.tensors, strict=True)]
+        )
+
+    def other_now(self) -> tuple[tuple[str, str, Any], ...]:
+        """The state that is not a tensor, as it is now."""
+        return tuple([(name, key, entries[key]) for name, entries, key in self.others])
 
 
 def _norm(views: Sequence[np.ndarray]) -> float:

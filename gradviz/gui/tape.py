@@ -145,6 +145,31 @@ class Entry:
     record: OpRecord | None
 
 
+def entries_since(lab: Lab, known: Mapping[str, int]) -> dict[str, tuple[Entry, ...]]:
+    """Each run's ops from op ``known[run]`` on (0 where absent), as the window keeps them.
+
+    Call it where the lab lives; every value is a copy, so the result can cross threads.
+    """
+    tpi = lab.ticks_per_iteration
+    out: dict[str, tuple[Entry, ...]] = {}
+    for r, run in enumerate(lab.runs):
+        h = lab.history[run.name]
+        new = []
+        for i in range(known.get(run.name, 0), len(h)):
+            tick = h.ticks[i - h.forgotten]
+            slot = lab.schedule[tick % tpi][r]
+            rec = h.records[i] if h.keep_records else None
+            if rec is not None:
+                status = "error" if rec.error else ("diverged" if rec.diverged else "running")
+            else:
+                status = run.status if i == len(h) - 1 else "running"
+            j = i - h.forgotten
+            op, line = (slot.op, slot.line) if slot else ("forward", 0)
+            new.append(Entry(tick, op, line, h.loss[j], h.grad_norm[j], h.param_norm[j], status, rec))
+        out[run.name] = tuple(new)
+    return out
+
+
 @dataclass(frozen=True)
 class StepResult:
     """The new part of the history after one request to the worker."""

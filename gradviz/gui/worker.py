@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from PySide6.QtCore import QObject, Signal, Slot
 
-from gradviz.gui.tape import Entry, LabInfo, PlaneRequest, PlaneSurface, StepResult, describe_lab
+from gradviz.gui.tape import LabInfo, PlaneRequest, PlaneSurface, StepResult, describe_lab, entries_since
 
 if TYPE_CHECKING:
     from gradviz.engine.lab import Lab
@@ -332,33 +332,10 @@ class LabWorker(QObject):
         info = self.info
         assert lab is not None and info is not None
         tpi = lab.ticks_per_iteration
-        entries: dict[str, tuple[Entry, ...]] = {}
+        entries = entries_since(lab, self._known)
         previews = {}
         for r, run in enumerate(lab.runs):
-            h = lab.history[run.name]
-            new = []
-            for i in range(self._known[run.name], len(h)):
-                tick = h.ticks[i]
-                slot = lab.schedule[tick % tpi][r]
-                rec = h.records[i] if h.keep_records else None
-                if rec is not None:
-                    status = "error" if rec.error else ("diverged" if rec.diverged else "running")
-                else:
-                    status = run.status if i == len(h) - 1 else "running"
-                new.append(
-                    Entry(
-                        tick=tick,
-                        op=slot.op if slot else "forward",
-                        line=slot.line if slot else 0,
-                        loss=h.loss[i],
-                        grad_norm=h.grad_norm[i],
-                        param_norm=h.param_norm[i],
-                        status=status,
-                        record=rec,
-                    )
-                )
-            self._known[run.name] = len(h)
-            entries[run.name] = tuple(new)
+            self._known[run.name] = len(lab.history[run.name])
             if info.surface is not None and run.active:
                 nxt = lab.schedule[lab.tick % tpi][r]
                 if nxt is not None and nxt.op == "step":

@@ -9,7 +9,7 @@ import numpy as np
 from gradviz.engine import Lab, load_scenario
 from gradviz.gui import edits, fmt
 from gradviz.gui.narration import narrate
-from gradviz.gui.tape import Entry, Moment, StepResult, Tape, describe_lab
+from gradviz.gui.tape import Moment, StepResult, Tape, describe_lab, entries_since
 from gradviz.gui.worker import validated
 
 
@@ -44,15 +44,7 @@ def _lab_moment(name: str, ticks: int) -> Moment:
     tape = Tape(info)
     for _ in range(ticks):
         lab.step()
-    entries = {}
-    for r in lab.runs:
-        h = lab.history[r.name]
-        entries[r.name] = tuple(
-            Entry(h.ticks[i], h.records[i].op, h.records[i].line, h.loss[i], h.grad_norm[i], h.param_norm[i],
-                  "running", h.records[i])
-            for i in range(len(h))
-        )  # fmt: skip
-    tape.extend(StepResult(entries, (), {}, -2, {}, False))
+    tape.extend(StepResult(entries_since(lab, {}), (), {}, -2, {}, False))
     return Moment(info, tape, tape.last_tick)
 
 
