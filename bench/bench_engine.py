@@ -26,6 +26,7 @@ import tracemalloc
 from collections.abc import Callable
 
 from gradviz.engine.lab import Lab, set_threads
+from gradviz.engine.record import THINNED_EVERY
 from gradviz.engine.run import Run
 from gradviz.engine.scenario import loads_scenario
 
@@ -196,10 +197,10 @@ def main() -> None:
     full = memory_per_iteration(Lab(loads_scenario(LINEAR, "bench")), 0, n)
     _row("history per iteration, all kept", f"{full:.0f} B", f"over {n} iterations")
     lab = Lab(loads_scenario(LINEAR, "bench"), recent=args.recent)
-    # Past the first thinning, and at the same point of the keep-then-thin cycle at both ends.
-    cycle = args.recent // lab.ticks_per_iteration
-    thinned = memory_per_iteration(lab, 2 * cycle, max(cycle, n // cycle * cycle))
-    every = lab.history[lab.runs[0].name].thinned_every
+    # From past the first thinning, over whole keep-then-thin cycles (an eighth of the records each).
+    cycle = args.recent // 8 // lab.ticks_per_iteration
+    thinned = memory_per_iteration(lab, 10 * cycle, max(cycle, n // cycle * cycle))
+    every = THINNED_EVERY
     note = f"(records but the last {args.recent} ops thinned"
     _row("history per iteration, thinned", f"{thinned:.0f} B", note)
     _row("", "", f"to a packed keyframe every {every} iterations)")

@@ -27,9 +27,9 @@ FULL_RECORD_FLOATS = 4096
 # Bytes of packed keyframe per iteration that larger models may spend (with the
 # per-op columns this keeps a 17k-parameter MLP with Adam under 4 KB per iteration).
 KEYFRAME_BUDGET = 3990
-# Full records kept per run: the recent past. Older ones are thinned to keyframes and rebuilt
-# by replay; at a few hundred bytes a record this bounds them to tens of megabytes.
-RECENT_OPS = 50_000
+# Full records kept per run: the recent past (about a minute of full-speed Play). Older ones are
+# thinned to keyframes and rebuilt by replay; at about 450 bytes a record this is some 10 MB a run.
+RECENT_OPS = 20_000
 
 
 def _merged_order(keys: list[list[tuple]]) -> list[tuple]:

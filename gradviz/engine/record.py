@@ -230,7 +230,7 @@ class OpRecord(NamedTuple):
     """
 
     run: str
-    index: int
+    index: int  # type: ignore[assignment]  # the op's place in its run; tuple.index is not needed
     tick: int
     iteration: int
     slot: OpSlot
@@ -355,7 +355,7 @@ class RunHistory:
       them (0 for a large model, which keeps none).
     - Keyframes: the state at the start of an iteration. While its ops' records
       are kept, every iteration has one (sharing the record's arrays); further
-      back only every ``thinned_every``-th stays, packed.
+      back only every ``THINNED_EVERY``-th stays, packed.
 
     ``records[i]`` is the record of op ``i`` either way: older ones are rebuilt
     by ``rebuild`` (the lab's replay from the keyframe before them).
@@ -369,8 +369,6 @@ class RunHistory:
         self.recent: list[OpRecord] = []
         self.records = Records(self)
         self.keyframes: dict[int, Keyframe] = {}
-        # Iterations between keyframes of the thinned past; 0 until the first thinning sizes it.
-        self.thinned_every = 0
         # Ops dropped from the front of the columns (a streaming lab): op i is ticks[i - forgotten].
         self.forgotten = 0
         self.ticks = array("i")
@@ -401,20 +399,18 @@ class RunHistory:
         self.param_norm.append(param_norm)
         if record is not None and self.keep_records:
             self.recent.append(record)
-            if len(self.recent) >= 2 * self.recent_limit:
+            # Thinned a slice at a time, so that each thinning's cost is spread over many ops.
+            if len(self.recent) >= self.recent_limit + max(1, self.recent_limit // 8):
                 self._thin(len(self.recent) - self.recent_limit)
 
     def _thin(self, n: int) -> None:
         """Drop the oldest ``n`` full records, and the keyframes of their iterations but every
-        ``thinned_every``-th (packed), so that memory per op falls to the columns and a share of one."""
+        ``THINNED_EVERY``-th (packed): what stays of those ops is their columns and a share of one."""
         dropped, self.recent = self.recent[:n], self.recent[n:]
-        if not self.thinned_every:
-            size = dropped[-1].snapshot.nbytes + KEYFRAME_OVERHEAD
-            self.thinned_every = max(1, math.ceil(size / THINNED_KEYFRAME_BUDGET))
         first_kept = self.recent[0].iteration if self.recent else dropped[-1].iteration + 1
         for k in [k for k in self.keyframes if k < first_kept]:
             keyframe = self.keyframes[k]
-            if k % self.thinned_every:
+            if k % THINNED_EVERY:
                 del self.keyframes[k]
             elif not isinstance(keyframe.snapshot, PackedSnapshot):
                 self.keyframes[k] = keyframe.packed()
@@ -453,10 +449,11 @@ class RunHistory:
             del col[keep:]
 
 
-# Bytes a kept keyframe costs beyond its arrays (its objects), and bytes of keyframe per
-# iteration that the thinned past of a small model may spend.
-KEYFRAME_OVERHEAD = 700
-THINNED_KEYFRAME_BUDGET = 64
+# Iterations between the keyframes of the thinned past. A model small enough for full records
+# has a keyframe of at most 16 KB, so this is at most 330 bytes per iteration (about 8 for the
+# smallest models, whose keyframes are mostly the objects around a few floats); rebuilding one of
+# those ops replays at most this many iterations, as long as a plain loop of them takes.
+THINNED_EVERY = 50
 
 
 class History:
