@@ -9,9 +9,11 @@ import types
 from collections.abc import Iterator
 
 import numpy as np
+import pytest
 import torch
 
 from gradviz.engine import Lab, OpRecord, load_builtin, loads_scenario
+from gradviz.engine.copying import flat_copy
 from gradviz.engine.record import THINNED_EVERY, Grads, Snapshot
 
 MLP = """
@@ -161,3 +163,22 @@ def test_memory_per_iteration_stays_bounded_as_iterations_grow():
     assert max(steady) < 0.1 * kept[0]
     for run in thinned.runs:
         assert len(thinned.history[run.name].recent) <= recent + recent // 8
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+def test_records_of_a_cuda_lab_hold_no_tensor():
+    lab = Lab(load_builtin("forgot-zero-grad").with_overrides(device="cuda"))
+    lab.run_iterations(4)
+    records = [rec for run in lab.runs for rec in lab.history[run.name].records]
+    # Somewhere a backward added to an existing .grad, and hooks caught what it delivered.
+    assert any(r.fresh is not None and r.fresh is not r.snapshot.grad_copy for r in records)
+    keyframes = [lab.history[run.name].keyframes for run in lab.runs]
+    assert _tensors_in((records, keyframes, [run.current for run in lab.runs])) == []
+
+
+def test_copies_that_go_through_torch_keep_no_tensor_alive():
+    # The path a GPU tensor, a dtype numpy lacks or a tensor that requires grad takes.
+    tensors = [torch.ones(2, dtype=torch.bfloat16), torch.full((2, 2), 3.0, requires_grad=True)]
+    flat = flat_copy(tensors)
+    assert flat.dtype == np.float32 and flat.tolist() == [1.0, 1.0, 3.0, 3.0, 3.0, 3.0]
+    assert _tensors_in(flat) == []
