@@ -364,6 +364,8 @@ class RunHistory:
     def __init__(self, run: str, recent: int, rebuild: Rebuild | None = None) -> None:
         self.run = run
         self.recent_limit = recent
+        # Thinned a slice at a time, so that each thinning's cost is spread over many ops.
+        self._thin_at = recent + max(1, recent // 8)
         self.rebuild = rebuild
         self.keep_records = recent > 0
         self.recent: list[OpRecord] = []
@@ -399,8 +401,7 @@ class RunHistory:
         self.param_norm.append(param_norm)
         if record is not None and self.keep_records:
             self.recent.append(record)
-            # Thinned a slice at a time, so that each thinning's cost is spread over many ops.
-            if len(self.recent) >= self.recent_limit + max(1, self.recent_limit // 8):
+            if len(self.recent) >= self._thin_at:
                 self._thin(len(self.recent) - self.recent_limit)
 
     def _thin(self, n: int) -> None:

@@ -66,7 +66,9 @@ class Run:
         # Parameters are only ever changed in place, so views of them stay valid.
         self._param_views = numpy_views(self.tensors)
         self._grad_writers = self._ops_writing_grads()
-        # The learning rates as last recorded: one dictionary shared by the snapshots while they hold.
+        # The learning rates as last read, and as recorded: one dictionary shared by the
+        # snapshots while they hold (a manual loop's fixed ``lr`` has no optimizer to read).
+        self._lr_read: list[Any] = []
         self._lrs: dict[str, float] = {"lr": spec.optimizer.lr}
         self.current = self.capture()
 
@@ -176,8 +178,9 @@ class Run:
         In ``full`` mode the result is the op's record (``index``: its place in the run's history).
         """
         if slot.op == "backward":
-            # Hooks are needed only where the call adds to an existing .grad (see OpRecord.fresh).
-            adding = mode == "full" and any(p.grad is not None for p in self.tensors)
+            # Hooks are needed only where the call adds to an existing .grad (see OpRecord.fresh);
+            # a full record's snapshot says whether one exists.
+            adding = mode == "full" and True in self.current.grad_present
             if adding != bool(self._hooks):
                 self._catch_fresh_grads(adding)
         try:
@@ -247,9 +250,10 @@ class Run:
         layout = self._state_layout
         if layout is None or not layout.holds(self.optimizers.values()):
             layout = self._state_layout = StateLayout.of(self.optimizers.values(), self.tensors, self._by_id)
-        lr_now = {name: float(opt.param_groups[0]["lr"]) for name, opt in self.optimizers.items()}
-        if lr_now != self._lrs:
-            self._lrs = lr_now
+        lr_now = [opt.param_groups[0]["lr"] for opt in self.optimizers.values()]
+        if lr_now != self._lr_read:
+            self._lr_read = lr_now
+            self._lrs = {name: float(lr) for name, lr in zip(self.optimizers, lr_now, strict=True)}
         flat = join(layout.views) if layout.views is not None else flat_copy(self.tensors + layout.tensors)
         return Weights(self.layout, flat, layout.keys, layout.other_now(), self._lrs)
 

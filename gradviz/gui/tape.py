@@ -148,7 +148,7 @@ class Entry:
 def entries_since(lab: Lab, known: Mapping[str, int]) -> dict[str, tuple[Entry, ...]]:
     """Each run's ops from op ``known[run]`` on (0 where absent), as the window keeps them.
 
-    Call it where the lab lives; every value is a copy, so the result can cross threads.
+    Call it where the lab lives; records and scalars are copies, so the result can cross threads.
     """
     tpi = lab.ticks_per_iteration
     out: dict[str, tuple[Entry, ...]] = {}
@@ -158,7 +158,8 @@ def entries_since(lab: Lab, known: Mapping[str, int]) -> dict[str, tuple[Entry, 
         for i in range(known.get(run.name, 0), len(h)):
             tick = h.ticks[i - h.forgotten]
             slot = lab.schedule[tick % tpi][r]
-            rec = h.records[i] if h.keep_records else None
+            # Records the history no longer keeps are fetched when a view needs them.
+            rec = h.recent[i - h.recent_from] if i >= h.recent_from else None
             if rec is not None:
                 status = "error" if rec.error else ("diverged" if rec.diverged else "running")
             else:
