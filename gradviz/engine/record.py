@@ -313,6 +313,13 @@ class Keyframe:
         return self if isinstance(snap, PackedSnapshot) else Keyframe(PackedSnapshot(snap), self.loss)
 
 
+# Iterations between the keyframes of the thinned past. A model small enough for full records
+# has a keyframe of at most 16 KB, so this is at most 330 bytes per iteration (about 8 for the
+# smallest models, whose keyframes are mostly the objects around a few floats); rebuilding one of
+# those ops replays at most this many iterations, about as long as a plain PyTorch loop of them takes.
+THINNED_EVERY = 50
+
+
 Rebuild = Callable[[str, int], OpRecord]
 
 
@@ -448,13 +455,6 @@ class RunHistory:
         del self.recent[max(keep + self.forgotten - self.recent_from, 0) :]
         for col in (self.ticks, self.loss, self.grad_norm, self.param_norm):
             del col[keep:]
-
-
-# Iterations between the keyframes of the thinned past. A model small enough for full records
-# has a keyframe of at most 16 KB, so this is at most 330 bytes per iteration (about 8 for the
-# smallest models, whose keyframes are mostly the objects around a few floats); rebuilding one of
-# those ops replays at most this many iterations, as long as a plain loop of them takes.
-THINNED_EVERY = 50
 
 
 class History:
