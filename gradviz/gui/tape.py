@@ -158,8 +158,7 @@ def entries_since(lab: Lab, known: Mapping[str, int]) -> dict[str, tuple[Entry, 
         for i in range(known.get(run.name, 0), len(h)):
             tick = h.ticks[i - h.forgotten]
             slot = lab.schedule[tick % tpi][r]
-            # Records the history no longer keeps are fetched when a view needs them.
-            rec = h.recent[i - h.recent_from] if i >= h.recent_from else None
+            rec = h.records[i] if h.keep_records else None  # rebuilt by replay where no longer kept
             if rec is not None:
                 status = "error" if rec.error else ("diverged" if rec.diverged else "running")
             else:
