@@ -123,7 +123,7 @@ def plain_loop(lab: Lab, iterations: int) -> Callable[[], None]:
     return loop
 
 
-def rebuild_times(lab: Lab, every: int, samples: int, repeats: int = 15) -> tuple[float, float, float]:
+def rebuild_times(lab: Lab, every: int, samples: int, repeats: int = 31) -> tuple[float, float, float]:
     """Median time to rebuild the record of a random op of the past, the worst case, and its peer.
 
     The worst case is the op farthest from the keyframe before it (the last op
