@@ -43,6 +43,9 @@ CLIP_WIDTHS = 20.0
 GROW_CAP = 4.0
 # A true surface grows at most this many first spans on each side.
 MODEL_GROW_CAP = 1.5
+# A point closer to the extent's edge than this share of its span counts as leaving it: the
+# current marker (15 px) and the arrows' heads would be cut in half by the plot's edge.
+EDGE = 0.06
 # Room around the starts and the minimum on a true surface's first extent, a share of their span.
 HOME_PADDING = 0.35
 
@@ -411,6 +414,15 @@ class SurfaceState:
         pts = pts[np.all(np.isfinite(pts), axis=1)]
         if pts.size == 0:
             return None
+        (x0, x1), (y0, y1) = self.extent
+        pad = np.array([EDGE * (x1 - x0), EDGE * (y1 - y0)])
+        inside = np.all((pts - pad >= (x0, y0)) & (pts + pad <= (x1, y1)), axis=1)
+        if self.mode == "curve":
+            inside = (pts[:, 0] - pad[0] >= x0) & (pts[:, 0] + pad[0] <= x1)
+        if inside.all():
+            return None
+        # Each point stands for its marker: the extent must hold the marker whole.
+        pts = np.concatenate([pts - pad, pts + pad])
         if self.mode == "model":
             self._grow(pts)
             return None
@@ -443,10 +455,6 @@ class SurfaceState:
             pts = pts[:, :1]
         (x0, x1), (y0, y1) = self.plane.extent
         (hx0, hx1), (hy0, hy1) = self.home
-        out_x = pts[:, 0].min() < x0 or pts[:, 0].max() > x1
-        out_y = self.mode == "plane" and (pts[:, 1].min() < y0 or pts[:, 1].max() > y1)
-        if not (out_x or out_y):
-            return None
         cx, cy = GROW_CAP * (hx1 - hx0), GROW_CAP * (hy1 - hy0)
         mx = 0.15 * (max(x1, pts[:, 0].max()) - min(x0, pts[:, 0].min()))
         nx = (max(min(x0, pts[:, 0].min() - mx), hx0 - cx), min(max(x1, pts[:, 0].max() + mx), hx1 + cx))

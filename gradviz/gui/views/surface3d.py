@@ -32,6 +32,23 @@ HEIGHT = 0.9
 MESH_POINTS = 61
 # Paths float this far above the mesh so the surface does not hide them.
 LIFT = 0.015
+# Light scales a face's colour between these factors: enough to show the shape, too little to
+# turn a lit wall lighter than the pit or a wall in shadow darker than it (both themes keep the
+# lighter end above LIGHT_MIN times it, 0.75 x white > the light theme's high grey, and so on).
+LIGHT_MIN, LIGHT_MAX = 0.75, 1.0
+# pyqtgraph's own "shaded" program multiplies colours by 0.2 to 1.0, which makes walls facing
+# away from the light black whatever their height: the pit then reads darkest in either theme.
+SOFT_SHADED_FRAGMENT = f"""
+    #ifdef GL_ES
+    precision mediump float;
+    #endif
+    varying vec4 v_color;
+    varying vec3 v_normal;
+    void main() {{
+        float p = abs(dot(normalize(v_normal), normalize(vec3(1.0, -1.0, -1.0))));
+        gl_FragColor = vec4(v_color.rgb * ({LIGHT_MIN} + {LIGHT_MAX - LIGHT_MIN} * p), v_color.a);
+    }}
+"""
 
 
 def mesh_colours(heights: np.ndarray, theme: Theme) -> np.ndarray:
@@ -63,6 +80,17 @@ def mesh_grid(grid: SurfaceGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     step_x = max(1, int(np.ceil(len(grid.xs) / MESH_POINTS)))
     step_y = max(1, int(np.ceil(len(grid.ys) / MESH_POINTS)))
     return grid.xs[::step_x], grid.ys[::step_y], grid.colour.unit(grid.z[::step_x, ::step_y])
+
+
+def _soft_shaded() -> Any:
+    """The mesh's shader program: pyqtgraph's "shaded" vertex stage with :data:`SOFT_SHADED_FRAGMENT`."""
+    from pyqtgraph.opengl import shaders
+
+    name = "gradviz-soft-shaded"
+    if name not in shaders.ShaderProgram.names:
+        vertex = shaders.getShaderProgram("shaded").shaders[0]
+        shaders.ShaderProgram(name, [vertex, shaders.FragmentShader(SOFT_SHADED_FRAGMENT)])
+    return shaders.getShaderProgram(name)
 
 
 class Surface3DView(QWidget):
@@ -181,6 +209,9 @@ class Surface3DView(QWidget):
         if self.view is None:
             return
         grid = self.state.grid
+        for item in (*self.paths, *self.points):
+            # With no mesh under them (a loss curve, a plane still computing) paths float in nothing.
+            item.setVisible(grid is not None)
         if grid is None:
             if self.mesh is not None:
                 self.mesh.setVisible(False)
@@ -209,7 +240,7 @@ class Surface3DView(QWidget):
             z=heights * HEIGHT,
             colors=colours,
             # Lit faces show the shape from any angle; the colours still encode the height.
-            shader="shaded",
+            shader=_soft_shaded(),
             smooth=True,
         )
         self.mesh.setGLOptions("opaque")
