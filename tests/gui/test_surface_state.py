@@ -159,3 +159,103 @@ def test_the_3d_view_reads_the_state_alone(qtbot) -> None:
     state.on_change(lambda: seen.append(state.version))
     state.set_lab(describe_lab(Lab(load_scenario("standard-loop"))))
     assert view.state is state and seen and state.grid is not None
+
+
+# ------------------------------------------------------------ what is seen
+def _pixel(surface, point) -> tuple[float, float]:
+    """Where a data point lands inside the plot's view box, in pixels from its top left."""
+    from PySide6.QtCore import QPointF
+
+    vb = surface.plot.getViewBox()
+    at = vb.mapViewToScene(QPointF(float(point[0]), float(point[1])))
+    corner = vb.mapToScene(vb.rect().topLeft())
+    return at.x() - corner.x(), at.y() - corner.y()
+
+
+@pytest.mark.parametrize(("scenario", "ops"), [("set-to-none", 40), ("forgot-zero-grad", 60)])
+def test_current_markers_are_drawn_whole_inside_the_plot(open_window, qtbot, scenario, ops) -> None:
+    w = open_window(scenario)
+    qtbot.waitUntil(lambda: w.surface.state.ready, timeout=30000)
+    for _ in range(ops):
+        w.controller.next_op()
+        settle(qtbot, w)
+    qtbot.waitUntil(lambda: not w.controller.plane_pending, timeout=30000)
+    settle(qtbot, w)
+    surface = w.surface
+    vb = surface.plot.getViewBox()
+    for items in surface.items:
+        radius = items.point.opts["size"] / 2
+        x, y = _pixel(surface, (items.point.pos().x(), items.point.pos().y()))
+        assert radius <= x <= vb.width() - radius and radius <= y <= vb.height() - radius, (x, y)
+
+
+def test_the_backward_s_arrows_never_put_their_heads_on_the_step_s(open_window, qtbot) -> None:
+    import math
+
+    from gradviz.gui.views.surface import ARROW_LANE, HEAD_ROOM
+
+    w = open_window("forgot-zero-grad")
+    items = w.surface.items[0]
+
+    def drawn(key: str) -> bool:
+        xs, _ = items.lines[key].getData()
+        return xs is not None and len(xs) == 2
+
+    for _ in range(12):  # to the second backward: stale and fresh parts, and a step next
+        w.controller.next_op()
+        settle(qtbot, w)
+        if all(drawn(key) for key in items.lines):
+            break
+    ends = {}
+    for key, line in items.lines.items():
+        xs, ys = line.getData()
+        assert xs is not None and len(xs) == 2, key
+        start, end = _pixel(w.surface, (xs[0], ys[0])), _pixel(w.surface, (xs[1], ys[1]))
+        ends[key] = end
+        head = items.heads[key]
+        if head.isVisible():
+            assert math.dist(start, end) >= HEAD_ROOM * head.opts["headLen"] - 1, key
+    # Plain SGD steps exactly to where the backward's arrows end: they are drawn a lane apart.
+    assert math.dist(ends["fresh"], ends["step"]) == pytest.approx(ARROW_LANE, abs=1.0)
+
+
+@pytest.mark.gl
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_3d_pit_is_drawn_as_light_or_dark_as_its_caption_says(open_window, qtbot, theme) -> None:
+    from PySide6.QtGui import QColor, QVector3D
+
+    from gradviz.gui.display import gl_unavailable
+    from gradviz.gui.views import surface3d as s3
+
+    if gl_unavailable() is not None:
+        pytest.skip(gl_unavailable())
+    w = open_window("standard-loop")
+    w.set_theme(theme)
+    w.set_surface3d(True)
+    settle(qtbot, w)
+    view = w.surface3d
+    # Seen from straight above, so neither point hides behind a wall.
+    view.view.setCameraPosition(elevation=90, azimuth=-90)
+    for item in (*view.paths, *view.points):
+        item.setVisible(False)
+    image = view.frame()
+    grid = view.state.grid
+    xs, ys, heights = s3.mesh_grid(grid)
+    x0, sx, y0, sy = view._scale
+
+    def lightness(i: int, j: int) -> float:
+        box = QVector3D(2 * (xs[i] - x0) / sx - 1, 2 * (ys[j] - y0) / sy - 1, heights[i, j] * s3.HEIGHT)
+        gl = view.view
+        viewport = gl.getViewport()
+        ndc = (gl.projectionMatrix(viewport, viewport) * gl.viewMatrix()).map(box)
+        px = int((ndc.x() + 1) / 2 * image.width())
+        py = int((1 - ndc.y()) / 2 * image.height())
+        return QColor(image.pixelColor(px, py)).lightnessF()
+
+    pit = np.unravel_index(np.argmin(heights), heights.shape)
+    inner = heights[2:-2, 2:-2]
+    peak = np.unravel_index(np.argmax(inner), inner.shape)
+    pit_light, peak_light = lightness(*pit), lightness(peak[0] + 2, peak[1] + 2)
+    assert abs(pit_light - peak_light) > 0.15
+    word = "lighter" if pit_light > peak_light else "darker"
+    assert f"{word} is lower" in view.caption.text(), (theme, pit_light, peak_light)

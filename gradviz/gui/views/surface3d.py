@@ -82,15 +82,19 @@ def mesh_grid(grid: SurfaceGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return grid.xs[::step_x], grid.ys[::step_y], grid.colour.unit(grid.z[::step_x, ::step_y])
 
 
-def _soft_shaded() -> Any:
-    """The mesh's shader program: pyqtgraph's "shaded" vertex stage with :data:`SOFT_SHADED_FRAGMENT`."""
+def _soft_shaded(owner: object) -> Any:
+    """A shader program for ``owner``'s mesh: pyqtgraph's "shaded" vertex stage, :data:`SOFT_SHADED_FRAGMENT`.
+
+    One program per view: pyqtgraph compiles a program once, in the first context that draws
+    it, and another view's context (an export beside the window) cannot use that one.
+    """
     from pyqtgraph.opengl import shaders
 
-    name = "gradviz-soft-shaded"
-    if name not in shaders.ShaderProgram.names:
-        vertex = shaders.getShaderProgram("shaded").shaders[0]
-        shaders.ShaderProgram(name, [vertex, shaders.FragmentShader(SOFT_SHADED_FRAGMENT)])
-    return shaders.getShaderProgram(name)
+    vertex = shaders.getShaderProgram("shaded").shaders[0].code
+    return shaders.ShaderProgram(
+        f"gradviz-soft-shaded-{id(owner)}",
+        [shaders.VertexShader(vertex), shaders.FragmentShader(SOFT_SHADED_FRAGMENT)],
+    )
 
 
 class Surface3DView(QWidget):
@@ -115,6 +119,7 @@ class Surface3DView(QWidget):
         self.reason: str | None = None
         self._scale: tuple[float, float, float, float] | None = None
         self._grid_key: int | None = None
+        self._shader: Any = None
 
         self.title = QLabel("Loss surface in 3-D")
         self.title.setObjectName("panelTitle")
@@ -153,6 +158,7 @@ class Surface3DView(QWidget):
         import pyqtgraph.opengl as gl
 
         self.view = gl.GLViewWidget()
+        self._shader = _soft_shaded(self)
         self.view.setObjectName("surface3d")
         self.view.setMinimumSize(160, 120)
         self.view.setCameraPosition(pos=pg.Vector(0, 0, HEIGHT / 3), distance=3.3, elevation=30, azimuth=-60)
@@ -240,7 +246,7 @@ class Surface3DView(QWidget):
             z=heights * HEIGHT,
             colors=colours,
             # Lit faces show the shape from any angle; the colours still encode the height.
-            shader=_soft_shaded(),
+            shader=self._shader,
             smooth=True,
         )
         self.mesh.setGLOptions("opaque")
