@@ -1,7 +1,9 @@
 """The loss surface under the runs: their paths over it, and the arrows at each run.
 
-A two-parameter model has a true surface, evaluated here from the engine's
-closed form (numpy only, so drawing never touches the live lab). Any other
+What is drawn is held by a :class:`~gradviz.gui.surface_state.SurfaceState`
+(the 3-D view reads the same one). A two-parameter model has a true surface,
+evaluated from the engine's closed form (numpy only, so drawing never touches
+the live lab), with equal units across and up. Any other
 model is shown over a plane through weight space (or, with one parameter, as
 a loss curve) computed off the GUI thread: the view asks for it with
 :attr:`SurfaceView.plane_requested` and draws what :meth:`SurfaceView.set_plane_surface`
