@@ -434,29 +434,24 @@ class SurfaceView(QWidget):
         self._show()
 
     def _show(self) -> None:
-        """Draw what the state holds now, if it is newer than what is drawn."""
+        """Draw the state's surface if it is newer than the one drawn (once per grid, never per frame)."""
         state = self.state
+        if self._painted == state.version:
+            return
         if self.mode == "curve" and state.curve is not None:
-            if self._painted != state.version:
-                xs, shown = state.curve
-                self.curve.setData(xs, shown)
-                self._painted = state.version
-                self.surface_changed.emit()
-            self.plot.setRange(xRange=self.x_range, yRange=self.y_range, padding=0)
+            xs, shown = state.curve
+            self.curve.setData(xs, shown)
         elif state.grid is not None:
-            self._paint(state.grid)
+            shaded = self._shade(state.grid)
+            levels = state.grid.colour.levels(len(self.contours))
+            for contour, level in zip(self.contours, levels, strict=True):
+                contour.setData(shaded, float(level))
+        else:
+            return
+        self._painted = state.version
+        self.plot.setRange(xRange=self.x_range, yRange=self.y_range, padding=0)
         self._axis_labels()
         self._set_caption()
-
-    def _paint(self, grid: SurfaceGrid) -> None:
-        """Shade a new grid with its contours (traced once per grid, never per frame)."""
-        if self._painted == self.state.version:
-            return
-        shown = self._shade(grid)
-        for contour, level in zip(self.contours, grid.colour.levels(len(self.contours)), strict=True):
-            contour.setData(shown, float(level))
-        self._painted = self.state.version
-        self.plot.setRange(xRange=self.x_range, yRange=self.y_range, padding=0)
         self.surface_changed.emit()
 
     def _shade(self, grid: SurfaceGrid) -> np.ndarray:
