@@ -17,6 +17,16 @@ from gradviz.gui.surface_state import (
 
 
 # ------------------------------------------------------------- no Qt needed
+def test_the_state_imports_no_qt_and_no_torch() -> None:
+    import subprocess
+    import sys
+
+    heavy = "{'PySide6', 'pyqtgraph', 'torch'}"
+    code = f"import sys, gradviz.gui.surface_state; print(sorted({heavy} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_the_colour_range_clips_diverged_values_and_goes_log_over_decades() -> None:
     bowl = np.linspace(0.0, 10.0, 1001)
     wild = np.concatenate([bowl, [1e30, np.inf, np.nan]])
