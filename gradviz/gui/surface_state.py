@@ -41,8 +41,10 @@ LOW_PERCENTILE, HIGH_PERCENTILE = 1.0, 97.0
 CLIP_WIDTHS = 20.0
 # A plane's range grows at most this many first spans on each side when a path leaves it.
 GROW_CAP = 4.0
-# A true surface grows at most this many first spans on each side.
+# A true surface grows at most this many first spans on each side, and each time by this share
+# beyond the path, so a path spiralling outwards asks for a new grid every few steps, not every one.
 MODEL_GROW_CAP = 1.5
+GROW_MARGIN = 0.25
 # A point closer to the extent's edge than this share of its span counts as leaving it: the
 # current marker (15 px) and the arrows' heads would be cut in half by the plot's edge.
 EDGE = 0.06
@@ -439,7 +441,7 @@ class SurfaceState:
         if (x0, x1) == (rx0, rx1) and (y0, y1) == (ry0, ry1):
             return
         # Grow by a margin beyond the path, so the next few steps need no new grid.
-        mx, my = 0.1 * (x1 - x0), 0.1 * (y1 - y0)
+        mx, my = GROW_MARGIN * (x1 - x0), GROW_MARGIN * (y1 - y0)
         gx = (x0 - mx if x0 < rx0 else x0, x1 + mx if x1 > rx1 else x1)
         gy = (y0 - my if y0 < ry0 else y0, y1 + my if y1 > ry1 else y1)
         self._hold(
