@@ -139,14 +139,14 @@ def loss_landscapes_grid(lab: Lab, n: int) -> np.ndarray:
 
 
 def gradviz_grid(lab: Lab, plane: L.Plane, n: int, method: L.Method = "auto") -> L.Grid:
-    *_, grid = L.evaluate(lab, "yours", plane, n, 1.0, method=method)
+    *_, grid = L.evaluate_grid(L.point_loss(lab, "yours", plane, method=method), plane.labels, n, 1.0)
     return grid
 
 
 def first_picture(lab: Lab, plane: L.Plane, n: int) -> tuple[float, int]:
     """Seconds to the coarse preview of a progressive evaluation, and its size (the rest is cancelled)."""
     start = time.perf_counter()
-    preview = next(L.evaluate(lab, "yours", plane, n, 1.0, progressive=True))
+    preview = next(L.evaluate_grid(L.point_loss(lab, "yours", plane), plane.labels, n, 1.0, progressive=True))
     return time.perf_counter() - start, len(preview.xs)
 
 

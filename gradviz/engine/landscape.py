@@ -8,22 +8,21 @@ components of a recorded path, and the plane through the start and two runs'
 current points. :func:`project` places paths and gradients on a plane and says
 how far each lies off it, because a projected path can mislead.
 
-:func:`evaluate` computes the loss on a grid over a plane on the run's whole
-dataset, with the loss the run trains on: in closed form where the loss is a
+:func:`point_loss` makes the loss of a run's model at points of a plane, on
+its whole dataset and with the loss the run trains on, and :func:`evaluate_grid`
+evaluates it over a grid (a coarse preview first, cancellable): in closed form where the loss is a
 quadratic (linear regression with (half) MSE) or a known formula (the 2-D test
 functions), by hand-batched matmuls for MLPs and logistic regression, and by
 ``torch.func.vmap`` over ``functional_call`` for anything else (the GAN).
 Parameter values come from the plane alone: the live model is read for its
 structure and data, never written, so a worker may evaluate while the runs
-step. The colour helpers at the end keep diverged regions from ruining the
-colour scale.
+step.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -776,57 +775,6 @@ def coarse_size(loss: PointLoss) -> int:
     return COARSE_SIZES[-1]
 
 
-def evaluate(
-    lab: Lab,
-    run_name: str,
-    plane: Plane,
-    n: int,
-    extent: float | Extent,
-    *,
-    progressive: bool = False,
-    coarse: int | None = None,
-    cancelled: Callable[[], bool] = _never,
-    method: Method = "auto",
-    phase: str | None = None,
-    iteration: int = 0,
-    chunk_bytes: int | None = None,
-    threads: int | None = None,
-) -> Iterator[Grid]:
-    """The loss on an ``n`` x ``n`` grid over ``plane``, optionally a coarse grid first.
-
-    Parameters
-    ----------
-    lab, run_name, plane:
-        What to evaluate where (see :func:`point_loss`, which also takes
-        ``method``, ``phase``, ``iteration`` and ``chunk_bytes``).
-    n, extent, progressive, coarse, cancelled:
-        As for :func:`evaluate_grid`.
-    threads:
-        Intra-op threads for the evaluation, restored afterwards (process-wide in
-        PyTorch; 2 help surfaces while nothing else runs). ``None``
-        leaves the setting alone.
-
-    Yields
-    ------
-    Grid
-        The coarse grid (``final=False``, progressive only), then the full grid.
-    """
-    t0 = time.perf_counter()
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        loss = point_loss(
-            lab, run_name, plane, method=method, phase=phase, iteration=iteration, chunk_bytes=chunk_bytes
-        )
-        yield from evaluate_grid(
-            loss, plane.labels, n, extent, progressive=progressive, coarse=coarse, cancelled=cancelled, t0=t0
-        )
-    finally:
-        if threads is not None:
-            torch.set_num_threads(before)
-
-
 def evaluate_grid(
     loss: PointLoss,
     labels: tuple[str, str],
@@ -837,7 +785,6 @@ def evaluate_grid(
     coarse: int | None = None,
     cancelled: Callable[[], bool] = _never,
     curve: bool = False,
-    t0: float | None = None,
 ) -> Iterator[Grid]:
     """The loss ``loss`` gives on a grid: the one evaluation of a surface, in the window and here.
 
@@ -868,7 +815,7 @@ def evaluate_grid(
     Grid
         The coarse grid (``final=False``, progressive only), then the full grid.
     """
-    t0 = time.perf_counter() if t0 is None else t0
+    t0 = time.perf_counter()
     xs, ys = _axes(n, extent)
     if curve:
         ys = ys[:1]
@@ -895,56 +842,3 @@ def evaluate_grid(
         return
     Z[todo] = rest
     yield Grid(xs, ys, Z, labels, time.perf_counter() - t0, True, loss.method)
-
-
-# ----------------------------------------------------------------- colour
-def colour_limits(Z: np.ndarray, quantile: float = 0.98) -> tuple[float, float]:
-    """Colour limits that ignore inf, NaN and the top ``1 - quantile`` of finite values.
-
-    A diverged corner of a surface can be 1e30 while the interesting basin is
-    below 1; taking the upper limit at a high quantile keeps the basin readable
-    and lets the outliers saturate. Returns ``(0, 1)`` when nothing is finite.
-    """
-    finite = np.asarray(Z, dtype=np.float64)
-    finite = finite[np.isfinite(finite)]
-    if finite.size == 0:
-        return 0.0, 1.0
-    lo, hi = float(finite.min()), float(np.quantile(finite, quantile))
-    if not hi > lo:
-        hi = lo + max(abs(lo), 1.0) * 1e-6
-    return lo, hi
-
-
-def spans_decades(Z: np.ndarray, decades: float = 2.0) -> bool:
-    """True when the finite values sit above zero and span at least ``decades`` powers of ten."""
-    finite = np.asarray(Z, dtype=np.float64)
-    finite = finite[np.isfinite(finite)]
-    if finite.size == 0 or finite.min() <= 0:
-        return False
-    return bool(math.log10(finite.max() / finite.min()) >= decades)
-
-
-def log_scale(Z: np.ndarray) -> np.ndarray:
-    """``log10`` of the values, shifted first when some are not positive; inf stays inf, NaN stays NaN.
-
-    When the minimum is 0 or below (a perfect fit, a saddle) the values are
-    shifted so the minimum lands three decades below the median's distance from
-    it; the median, unlike the maximum, ignores diverged regions.
-    """
-    z = np.asarray(Z, dtype=np.float64)
-    finite = z[np.isfinite(z)]
-    if finite.size == 0:
-        return z.copy()
-    lo = float(finite.min())
-    floor = (float(np.median(finite)) - lo) * 1e-3 or 1e-6
-    shift = lo - floor if lo <= 0 else 0.0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.log10(np.where(np.isneginf(z), lo, z) - shift)
-
-
-def clip_for_colour(Z: np.ndarray, limits: tuple[float, float]) -> np.ndarray:
-    """``Z`` clipped into ``limits`` (±inf to the ends); NaN stays NaN for the view to mark."""
-    lo, hi = limits
-    z = np.asarray(Z, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        return np.clip(z, lo, hi)

@@ -62,6 +62,15 @@ class SurfaceModel:
                 return (x * x - y * y) / 2
         raise ValueError(f"no surface formula for {self.kind!r}")
 
+    def grid(
+        self, x_range: tuple[float, float], y_range: tuple[float, float], n: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The loss on an ``n`` x ``n`` grid: ``(xs, ys, Z)`` with ``Z[i, j]`` at ``(xs[i], ys[j])``."""
+        xs = np.linspace(x_range[0], x_range[1], n)
+        ys = np.linspace(y_range[0], y_range[1], n)
+        grid_x, grid_y = np.meshgrid(xs, ys, indexing="ij")
+        return xs, ys, self.evaluate(grid_x, grid_y)
+
     def point(self, params: dict[str, np.ndarray]) -> tuple[float, float]:
         """The (x, y) position of a run's parameters on this surface."""
         if self.kind == "linear":
@@ -116,26 +125,6 @@ def _linear_model(run: Run, half: bool) -> SurfaceModel:
         w, b = 0.0, sy
     coeff = (sxx, sx, sxy, sy, syy, 0.5 if half else 1.0)
     return SurfaceModel("linear", ("weight", "bias"), coeff, (w, b))
-
-
-def surface_grid(
-    lab: Lab, run_name: str, x_range: tuple[float, float], y_range: tuple[float, float], n: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, str]] | None:
-    """The loss on an ``n`` x ``n`` grid over the two parameters of ``run_name``.
-
-    Returns
-    -------
-    tuple or None
-        ``(xs, ys, Z, axis_names)`` with ``Z[i, j]`` the loss at ``(xs[i], ys[j])``;
-        ``None`` when the model does not have exactly two parameters.
-    """
-    model = surface_model(lab, run_name)
-    if model is None:
-        return None
-    xs = np.linspace(x_range[0], x_range[1], n)
-    ys = np.linspace(y_range[0], y_range[1], n)
-    grid_x, grid_y = np.meshgrid(xs, ys, indexing="ij")
-    return xs, ys, model.evaluate(grid_x, grid_y), model.axis_names
 
 
 def preview_step(run: Run) -> dict[str, np.ndarray] | None:

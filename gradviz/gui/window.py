@@ -106,7 +106,7 @@ class MainWindow(QMainWindow):
         self.code = CodeView()
         self.surface = SurfaceView()
         # Beside the 2-D surface, off until asked for: it probes OpenGL the first time it is shown.
-        self.surface3d = Surface3DView(self.surface)
+        self.surface3d = Surface3DView(self.surface.state)
         self.surface3d.setVisible(False)
         self.grads = GradsView()
         self.timeline = TimelineView()

@@ -12,7 +12,7 @@ import torch
 from gradviz.engine import Lab, UserError, builtin_names, loads_scenario
 from gradviz.engine import landscape as L
 from gradviz.engine.record import Layout
-from gradviz.engine.surface import surface_grid
+from gradviz.engine.surface import surface_model
 
 from .helpers import builtin_lab
 
@@ -20,6 +20,13 @@ from .helpers import builtin_lab
 def _lab(model: str, data: str, runs: str = '[[runs]]\nname = "yours"') -> Lab:
     text = f'name = "surface-test"\nseed = 3\n[model]\n{model}\n[data]\n{data}\n{runs}\n'
     return Lab(loads_scenario(text, None))
+
+
+def _evaluate(lab: Lab, run: str, plane: L.Plane, n: int, extent, *, method="auto", **options):
+    """The grids the app's surface thread computes for ``plane``: one point loss, one grid evaluation."""
+    return list(
+        L.evaluate_grid(L.point_loss(lab, run, plane, method=method), plane.labels, n, extent, **options)
+    )
 
 
 MLP_WAVE = ('kind = "mlp"\nwidths = [8, 8]', 'kind = "wave"\nn = 64')
@@ -191,9 +198,10 @@ def test_closed_form_matches_brute_force(model, extra):
 def test_closed_form_agrees_with_the_two_parameter_surface():
     lab = builtin_lab("standard-loop")
     plane = L.plane_for(lab, "yours", "parameters")
-    *_, grid = L.evaluate(lab, "yours", plane, 31, ((-3, 4), (-2, 3)))
-    xs, ys, Z, labels = surface_grid(lab, "yours", (-3, 4), (-2, 3), 31)
-    assert grid.labels == labels and grid.method == "closed-form"
+    *_, grid = _evaluate(lab, "yours", plane, 31, ((-3, 4), (-2, 3)))
+    model = surface_model(lab)
+    xs, ys, Z = model.grid((-3, 4), (-2, 3), 31)
+    assert grid.labels == model.axis_names and grid.method == "closed-form"
     np.testing.assert_array_equal(grid.xs, xs)
     np.testing.assert_array_equal(grid.ys, ys)
     np.testing.assert_allclose(grid.Z, Z, rtol=1e-12)
@@ -230,7 +238,7 @@ def test_evaluation_leaves_every_weight_grad_and_flag_as_it_was():
         before = _params(lab)
         plane = L.plane_for(lab, "yours", "random" if len(before) > 2 else "parameters")
         for method in ("auto", "vmap"):
-            grids = list(L.evaluate(lab, "yours", plane, 9, 1.0, progressive=True, coarse=5, method=method))
+            grids = list(_evaluate(lab, "yours", plane, 9, 1.0, progressive=True, coarse=5, method=method))
             assert [g.final for g in grids] == [False, True]
         assert _same_params(before, _params(lab))
 
@@ -238,7 +246,7 @@ def test_evaluation_leaves_every_weight_grad_and_flag_as_it_was():
 def test_progressive_evaluation_paints_a_coarse_subgrid_first():
     lab = _lab(*MLP_WAVE)
     plane = L.plane_for(lab, "yours", "random")
-    coarse, full = L.evaluate(lab, "yours", plane, 21, ((-1, 1), (-0.5, 2)), progressive=True, coarse=11)
+    coarse, full = _evaluate(lab, "yours", plane, 21, ((-1, 1), (-0.5, 2)), progressive=True, coarse=11)
     assert (coarse.Z.shape, full.Z.shape, coarse.final, full.final) == ((11, 11), (21, 21), False, True)
     np.testing.assert_array_equal(full.Z[::2, ::2], coarse.Z)
     np.testing.assert_array_equal(coarse.xs, full.xs[::2])
@@ -258,7 +266,7 @@ def test_cancel_stops_between_chunks():
         checks.append(1)
         return len(checks) > 3
 
-    grids = list(L.evaluate(lab, "yours", plane, 21, 1.0, cancelled=cancelled, chunk_bytes=4096))
+    grids = list(L.evaluate_grid(loss, plane.labels, 21, 1.0, cancelled=cancelled))
     assert grids == [] and len(checks) == 4 < chunks
 
 
@@ -269,7 +277,7 @@ def test_every_builtin_scenario_has_a_finite_surface():
         run = lab.runs[0].name
         kind = "parameters" if lab.runs[0].layout.total == 2 else "random"
         plane = L.plane_for(lab, run, kind)
-        (grid,) = L.evaluate(lab, run, plane, 5, 0.5)
+        (grid,) = _evaluate(lab, run, plane, 5, 0.5)
         assert grid.Z.shape == (5, 5) and np.isfinite(grid.Z).all(), name
 
 
@@ -318,7 +326,7 @@ def test_grid_matches_loss_landscapes_where_it_really_evaluates():
     # Its point (i, k) is start + (i - s/2) d1 + (k + 1 - s/2) d2 in even columns and
     # (k - s/2) in odd ones: the odd columns are staggered one step.
     plane = L.Plane("loss_landscapes", run.layout, centre, directions, ("d1", "d2"))
-    (grid,) = L.evaluate(lab, "yours", plane, steps + 1, steps / 2)
+    (grid,) = _evaluate(lab, "yours", plane, steps + 1, steps / 2)
     visited = np.array([[grid.Z[i, k + (i % 2 == 0)] for k in range(steps)] for i in range(steps)])
     np.testing.assert_allclose(visited, theirs, rtol=1e-4)
     regular = grid.Z[:steps, :steps]
@@ -327,19 +335,7 @@ def test_grid_matches_loss_landscapes_where_it_really_evaluates():
     assert off > 5e-3, "read as a regular grid, its even columns sit one step off"
 
 
-# ---------------------------------------------------------------- colour
-def test_colour_helpers_survive_divergence():
-    Z = np.array([[0.0, 0.5, 1.0], [2.0, 1e30, np.inf], [np.nan, -np.inf, 3.0]])
-    lo, hi = L.colour_limits(Z, quantile=0.8)
-    assert lo == -0.0 or lo == 0.0
-    assert 2.0 <= hi < 1e30
-    clipped = L.clip_for_colour(Z, (lo, hi))
-    assert np.nanmax(clipped) == hi and np.isnan(clipped[2, 0]) and clipped[2, 1] == lo
-    logged = L.log_scale(Z)
-    finite = np.isfinite(Z)
-    assert np.isfinite(logged[finite]).all() and logged[1, 2] == np.inf and np.isnan(logged[2, 0])
-    assert L.spans_decades(np.array([1e-3, 1.0])) and not L.spans_decades(np.array([0.5, 1.0, np.inf]))
-    assert L.colour_limits(np.full((2, 2), np.nan)) == (0.0, 1.0)
+def test_fit_extent_ignores_nan_and_keeps_a_minimum_width():
     assert L.fit_extent(np.array([[0.0, 1.0], [2.0, 1.0], [np.nan, 5.0]]), margin=0.5) == (
         (-1.0, 3.0),
         (1 - 1e-3, 1 + 1e-3),

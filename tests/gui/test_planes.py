@@ -35,7 +35,8 @@ def test_mlp_shows_a_surface_and_how_far_the_runs_lie_off_it(open_window, qtbot)
     }
     assert len(colours) > 15
     # Random directions through the start: the runs have moved off it, and the readout says so.
-    assert max(items.residuals[-1] for items in w.surface.items) > 0
+    paths = w.surface.paths(w.controller.moment())
+    assert max(w.surface.state.residual(i, len(p)) for i, p in enumerate(paths)) > 0
 
 
 def test_another_plane_kind_is_computed_and_the_path_lies_in_it(open_window, qtbot) -> None:

@@ -9,16 +9,20 @@ import pytest
 from gui_helpers import settle
 
 from gradviz.gui.display import gl_unavailable, platform_name
-from gradviz.gui.views.surface3d import mesh_heights
+from gradviz.gui.surface_state import SurfaceGrid, colour_range
+from gradviz.gui.views.surface3d import mesh_grid
 
 
 def test_heights_are_log_scaled_and_clip_diverged_values() -> None:
     z = np.array([[1e-3, 1e-2], [1.0, 1e30], [np.inf, np.nan]])
-    heights, (lo, _), log = mesh_heights(z)
-    assert log and lo == pytest.approx(-3.0)
+    colour = colour_range(z)
+    _xs, _ys, heights = mesh_grid(SurfaceGrid(np.arange(3.0), np.arange(2.0), z, colour))
+    assert colour.log and colour.lo == pytest.approx(-3.0, abs=0.05)
     assert heights.min() == 0.0 and heights.max() == 1.0
     # The basin keeps most of the height range: 1e30 is clipped, not scaled to.
     assert heights[1, 0] > 0.05
+    # Diverged points (inf, NaN) stand at the top, not in the pit.
+    assert heights[2, 0] == heights[2, 1] == 1.0
 
 
 def test_probe_says_no_offscreen_and_the_placeholder_says_why(open_window, qtbot) -> None:

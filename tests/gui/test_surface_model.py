@@ -7,14 +7,15 @@ import pytest
 import torch
 
 from gradviz.engine import Lab, load_scenario, loads_scenario
-from gradviz.engine.surface import preview_step, surface_grid, surface_model
+from gradviz.engine.surface import preview_step, surface_model
 
 
 def test_linear_surface_matches_mse_over_the_dataset() -> None:
     lab = Lab(load_scenario("forgot-zero-grad"))
     x, y = lab.runs[0].task.inputs
-    xs, ys, z, names = surface_grid(lab, "yours", (-1.0, 3.0), (-2.0, 2.0), 7)
-    assert names == ("weight", "bias")
+    model = surface_model(lab)
+    xs, ys, z = model.grid((-1.0, 3.0), (-2.0, 2.0), 7)
+    assert model.axis_names == ("weight", "bias")
     for i in (0, 3, 6):
         for j in (1, 5):
             expected = torch.nn.functional.mse_loss(xs[i] * x + ys[j], y).item()
@@ -35,8 +36,8 @@ def test_half_mse_halves_the_surface() -> None:
         '[model]\nkind = "linear"\nloss = "half_mse"\n[data]\nkind = "line"\nnoise = 0.3\n', "test"
     )
     full = loads_scenario('[model]\nkind = "linear"\n[data]\nkind = "line"\nnoise = 0.3\n', "test")
-    z_half = surface_grid(Lab(half), "yours", (0, 1), (0, 1), 3)[2]
-    z_full = surface_grid(Lab(full), "yours", (0, 1), (0, 1), 3)[2]
+    z_half = surface_model(Lab(half)).grid((0, 1), (0, 1), 3)[2]
+    z_full = surface_model(Lab(full)).grid((0, 1), (0, 1), 3)[2]
     assert np.allclose(z_half * 2, z_full)
     assert lab_full is not None
 
@@ -58,7 +59,6 @@ def test_models_with_more_than_two_parameters_have_no_surface() -> None:
     for name in ("set-to-none", "gan-detach", "zero-grad-myths", "two-batch-accumulation"):
         lab = Lab(load_scenario(name))
         assert surface_model(lab) is None
-        assert surface_grid(lab, lab.runs[0].name, (0, 1), (0, 1), 5) is None
 
 
 @pytest.mark.parametrize("options", ['kind = "SGD"\nlr = 0.1\nmomentum = 0.9', 'kind = "Adam"\nlr = 0.05'])

@@ -214,7 +214,7 @@ def test_the_loss_curve_reaches_the_true_loss_at_every_weight(open_window, qtbot
 
 
 def test_only_a_diverging_tail_leaves_the_curve_s_view() -> None:
-    from gradviz.gui.views.surface import curve_shown
+    from gradviz.gui.surface_state import curve_shown
 
     w = np.linspace(0.0, 2.0, 401)
     bowl = 5 * (w - 2) ** 2

@@ -1,7 +1,9 @@
 """The loss surface under the runs: their paths over it, and the arrows at each run.
 
-A two-parameter model has a true surface, evaluated here from the engine's
-closed form (numpy only, so drawing never touches the live lab). Any other
+What is drawn is held by a :class:`~gradviz.gui.surface_state.SurfaceState`
+(the 3-D view reads the same one). A two-parameter model has a true surface,
+evaluated from the engine's closed form (numpy only, so drawing never touches
+the live lab), with equal units across and up. Any other
 model is shown over a plane through weight space (or, with one parameter, as
 a loss curve) computed off the GUI thread: the view asks for it with
 :attr:`SurfaceView.plane_requested` and draws what :meth:`SurfaceView.set_plane_surface`
@@ -32,17 +34,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gradviz.gui.surface_state import CONTOURS, Extent, SurfaceGrid, SurfaceState
 from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, PlaneSurface
 from gradviz.gui.theme import LIGHT, Theme, run_color, run_dash, run_glyph, run_symbol
 from gradviz.gui.worker import plane_kinds
 
-GRID = 121
-CONTOURS = 9
-# Coordinates are clipped to this many view widths around the view before drawing:
-# a diverging run reaches 1e30 and Qt's painter misbehaves on such numbers.
-CLIP_WIDTHS = 20.0
-# A plane's range grows at most this many first spans on each side when a path leaves it.
-GROW_CAP = 4.0
+# Pixels between the step's arrow and the backward's arrows drawn beside it.
+ARROW_LANE = 5.0
+# An arrow gets its head only when it is this many heads long.
+HEAD_ROOM = 1.5
 PLANE_WORDS = {
     "axes": "two parameters, the others held where the first run was",
     "random": "random filter-normalised directions through the first run's point",
@@ -60,37 +60,6 @@ def lower_shade(theme: Theme) -> str:
     """
     low, high = QColor(theme.surface_low), QColor(theme.surface_high)
     return "lighter" if low.lightnessF() > high.lightnessF() else "darker"
-
-
-def curve_shown(z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
-    """A loss curve's heights as drawn, and the loss range the view shows.
-
-    The view reaches the curve's true top, so the drawn curve meets the true loss
-    everywhere in the range. Only a far tail (a diverging end, 1e30 or inf) is
-    left above the view: the curve leaves through the top there instead of
-    flattening, and is clipped far outside the view for Qt's painter. NaN is a gap.
-    """
-    finite = z[np.isfinite(z)]
-    if not finite.size:
-        return np.full_like(z, np.nan, dtype=np.float64), (0.0, 1.0)
-    lo, top = float(finite.min()), float(finite.max())
-    bulk = float(np.percentile(finite, 97))
-    # A tail more than a few times the height of the other 97 % would squash them flat.
-    hi = top if top - lo <= 4 * (bulk - lo) or bulk <= lo else bulk
-    if hi <= lo:
-        hi = lo + 1.0
-    far = hi + CLIP_WIDTHS * (hi - lo)
-    shown = np.where(np.isnan(z), np.nan, np.clip(z, lo - CLIP_WIDTHS * (hi - lo), far))
-    return shown.astype(np.float64), (lo, hi)
-
-
-def colour_values(z: np.ndarray) -> tuple[np.ndarray, bool]:
-    """The values to colour by: log10 of the loss when it spans more than two decades."""
-    finite = z[np.isfinite(z)]
-    if finite.size and finite.min() > 0 and finite.max() / finite.min() > 100:
-        with np.errstate(divide="ignore"):
-            return np.log10(z), True
-    return z, False
 
 
 class _RunItems:
@@ -130,13 +99,13 @@ class _RunItems:
         for head in self.heads.values():
             head.setZValue(15)
             plot.addItem(head)
-        self.cache: list[tuple[float, float]] = []
-        self.residuals: list[float] = []
-        self.cache_ops: list[int] = []
 
 
 class SurfaceView(QWidget):
     """Heatmap and contours of the loss over two parameters or a plane, with every run drawn on it.
+
+    What is drawn lives in :attr:`state` (a :class:`~gradviz.gui.surface_state.SurfaceState`),
+    which the 3-D view and export frames read too; this widget only draws it.
 
     Signals
     -------
@@ -154,19 +123,11 @@ class SurfaceView(QWidget):
         super().__init__(parent)
         self.theme: Theme = LIGHT
         self.info: LabInfo | None = None
+        self.state = SurfaceState()
         self.items: list[_RunItems] = []
-        self.x_range = (-1.0, 1.0)
-        self.y_range = (-1.0, 1.0)
-        self.home: tuple[tuple[float, float], tuple[float, float]] | None = None
-        self.log_colour = False
-        # What the shading shows: ``"model"`` (two parameters), ``"plane"``, ``"curve"`` or ``"none"``.
-        self.mode = "none"
-        self.plane_surface: PlaneSurface | None = None
-        self.grid_values: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.residual_text = ""
-        self._asked: Any = None
-        # Set by fix_range: the range stays as it is, however far a path goes (an export's frames).
-        self.fixed = False
+        # The state's version drawn last: shading and contours are redrawn only for a newer one.
+        self._painted: int | None = None
 
         self.title = QLabel("Loss surface")
         self.title.setObjectName("panelTitle")
@@ -186,7 +147,13 @@ class SurfaceView(QWidget):
         # The shading and contours change only when the range does: paint them from a pixmap.
         self.image.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self.plot.addItem(self.image)
+        # One set of contour items for the view's life: each traces its line once per grid.
         self.contours: list[pg.IsocurveItem] = []
+        for _ in range(CONTOURS):
+            curve = pg.IsocurveItem(level=0.0, pen=pg.mkPen(QColor(self.theme.contour), width=1))
+            curve.setParentItem(self.image)
+            curve.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+            self.contours.append(curve)
         self.minimum = pg.ScatterPlotItem(size=12, symbol="+", pen=pg.mkPen("k", width=2))
         self.plot.addItem(self.minimum)
         # Legends are made by hand: PlotItem.addLegend would collect every named item itself.
@@ -201,6 +168,8 @@ class SurfaceView(QWidget):
         self.curve = pg.PlotDataItem(pen=pg.mkPen("#777", width=2), connect="finite")
         self.curve.setZValue(-5)
         self.plot.addItem(self.curve)
+        # A true surface keeps equal units across and up; its grid follows the plot's shape.
+        self.plot.getViewBox().sigResized.connect(self._fit_aspect)
 
         self.plane_kind = QComboBox()
         self.plane_kind.setObjectName("planeKind")
@@ -242,6 +211,39 @@ class SurfaceView(QWidget):
         box.addWidget(self.title)
         box.addLayout(self.stack, 1)
 
+    # ------------------------------------------------- what the state holds
+    @property
+    def mode(self) -> str:
+        """``"model"``, ``"plane"``, ``"curve"`` or ``"none"`` (see :class:`SurfaceState`)."""
+        return self.state.mode
+
+    @property
+    def plane_surface(self) -> PlaneSurface | None:
+        """The plane surface drawn now, None for a true surface or until one is computed."""
+        return self.state.plane
+
+    @property
+    def x_range(self) -> tuple[float, float]:
+        return self.state.extent[0]
+
+    @property
+    def y_range(self) -> tuple[float, float]:
+        return self.state.extent[1]
+
+    @property
+    def home(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """The extent the surface started with (a true surface's start, a plane's first range)."""
+        return self.state.home
+
+    @property
+    def fixed(self) -> bool:
+        return self.state.fixed
+
+    @property
+    def log_colour(self) -> bool:
+        grid = self.state.grid
+        return grid is not None and grid.colour.log
+
     # ------------------------------------------------------------- setup
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
@@ -255,11 +257,14 @@ class SurfaceView(QWidget):
         for items in self.items:
             items.point.setPen(pg.mkPen(theme.base, width=2))
         self.curve.setPen(pg.mkPen(theme.muted, width=2))
-        if self.mode == "model":
-            self._compute()
-        elif self.plane_surface is not None:
-            self._show_plane(self.plane_surface)
-            self.caption.setText(self.plane_caption())
+        pen = pg.mkPen(QColor(theme.contour), width=1)
+        for contour in self.contours:
+            contour.setPen(pen)
+        if self.state.grid is not None:
+            # The same grid in other colours: the contours keep their lines.
+            self._shade(self.state.grid)
+        self._axis_labels()
+        self._set_caption()
 
     def _set_key(self) -> None:
         """The key above the plot: each run's colour and marker, and what each arrow is."""
@@ -318,38 +323,32 @@ class SurfaceView(QWidget):
             for head in items.heads.values():
                 self.plot.removeItem(head)
         self.items = []
-        self.plane_surface = None
-        self.grid_values = None
         self.residual_text = ""
-        self._asked = None
-        self.fixed = False
-        self.plot.getViewBox().setAspectLocked(False)
         self.curve.setData([], [])
         self.image.clear()
-        self._clear_contours()
+        for contour in self.contours:
+            contour.setData(None)
+        self._painted = None
         self.stack.setCurrentIndex(0)
         for i, run in enumerate(info.runs):
             items = _RunItems(self.plot, i, run.name)
             items.point.setPen(pg.mkPen(self.theme.base, width=2))
             self.items.append(items)
         self._set_key()
-        lesson = info.scenario.lesson
-        if lesson is not None and lesson.surface == "none":
-            self._set_no_surface(lesson.point)
-            return
         model = info.surface
+        lesson = info.scenario.lesson
+        vb = self.plot.getViewBox()
+        vb.setAspectLocked(model is not None and not (lesson is not None and lesson.surface == "none"), 1.0)
+        self.state.set_lab(info)
+        if self.mode == "none":
+            self._set_no_surface(lesson.point if lesson is not None else "")
+            return
         if model is None:
             self._set_plane_lab(info)
             return
-        self.mode = "model"
         self.controls.setVisible(False)
         self.curve.setVisible(False)
         self.image.setVisible(True)
-        starts = [model.point(info.initial[r.name].params) for r in info.runs]
-        xs = [p[0] for p in starts] + [model.minimum[0]]
-        ys = [p[1] for p in starts] + [model.minimum[1]]
-        self.home = (self._padded(min(xs), max(xs)), self._padded(min(ys), max(ys)))
-        self.x_range, self.y_range = self.home
         self.minimum.setData([model.minimum[0]], [model.minimum[1]])
         self.minimum.setToolTip("the minimum" if model.kind != "saddle" else "the saddle point")
         self._axis_labels()
@@ -359,11 +358,11 @@ class SurfaceView(QWidget):
         else:
             what = f"the {model.kind} function"
         self.title.setText(f"Loss surface: {what}")
-        self._compute()
+        self._fit_aspect()
+        self._show()
 
     def _set_no_surface(self, point: str) -> None:
         """Say in the surface's place that this lesson has none to show, and why."""
-        self.mode = "none"
         self.controls.setVisible(False)
         self.title.setText("Loss surface")
         self.placeholder.setText(
@@ -373,7 +372,6 @@ class SurfaceView(QWidget):
 
     def _set_plane_lab(self, info: LabInfo) -> None:
         kinds = plane_kinds(info)
-        self.mode = "curve" if kinds and kinds[0][0] == "curve" else "plane"
         self.minimum.setData([], [])
         self.plane_kind.blockSignals(True)
         self.plane_kind.clear()
@@ -398,7 +396,7 @@ class SurfaceView(QWidget):
         """Ask for a new plane of the chosen kind, made from where the runs are now."""
         if self.mode not in ("plane", "curve"):
             return
-        self._asked = None
+        self.state.forget_request()
         self.plane_requested.emit(PlaneRequest(self.plane_request_kind()))
 
     def set_plane_busy(self, busy: bool) -> None:
@@ -412,78 +410,57 @@ class SurfaceView(QWidget):
 
     def set_plane_surface(self, surface: PlaneSurface) -> None:
         """Draw a surface over a plane (the coarse preview, then the full grid)."""
-        if self.mode not in ("plane", "curve") or self.info is None:
-            return
-        if surface.plane.layout.names != self.info.runs[0].names:
-            return  # computed for the lab before this one
         new_plane = self.plane_surface is None or self.plane_surface.plane is not surface.plane
-        self.plane_surface = surface
+        if not self.state.set_plane_surface(surface):
+            return
         if new_plane:
-            self.home = surface.extent
             index = self.plane_kind.findData(surface.kind)
             if index >= 0:
                 self.plane_kind.setCurrentIndex(index)
-        if new_plane or self.mode == "curve":
-            # Path points are plane coordinates (or heights on the curve): they change with it.
             for items in self.items:
-                items.cache, items.residuals, items.cache_ops, items.shown = [], [], [], None
-        self._show_plane(surface)
+                items.shown = None
+        elif self.mode == "curve":
+            for items in self.items:
+                items.shown = None
+        self._show()
 
-    @staticmethod
-    def _padded(lo: float, hi: float) -> tuple[float, float]:
-        span = max(hi - lo, 0.5)
-        return lo - 0.35 * span, hi + 0.35 * span
-
-    def _compute(self) -> None:
-        """Evaluate a two-parameter model's surface on the current range and redraw it."""
-        assert self.info is not None and self.info.surface is not None
-        xs = np.linspace(*self.x_range, GRID)
-        ys = np.linspace(*self.y_range, GRID)
-        gx, gy = np.meshgrid(xs, ys, indexing="ij")
-        z = self.info.surface.evaluate(gx, gy)
-        self._paint(xs, ys, z)
-        colour = "log₁₀ loss" if self.log_colour else "loss"
-        where = "the saddle point" if self.info.surface.kind == "saddle" else "the minimum"
-        lower = lower_shade(self.theme)
-        self.caption.setText(f"Shade and contours: {colour}, {lower} is lower; + marks {where}.")
-
-    def _show_plane(self, surface: PlaneSurface) -> None:
-        """Draw a computed plane surface (shading and contours) or loss curve."""
-        (x0, x1), (y0, y1) = surface.extent
-        self.x_range = (x0, x1)
-        if self.mode == "curve":
-            shown, (lo, hi) = curve_shown(np.asarray(surface.Z[:, 0], dtype=np.float64))
-            self.curve.setData(surface.xs, shown)
-            self.y_range = (lo - 0.05 * (hi - lo), hi + 0.1 * (hi - lo))
-            self.grid_values = None
-            self.plot.setRange(xRange=self.x_range, yRange=self.y_range, padding=0)
-            self._axis_labels()
-            self.surface_changed.emit()
+    # -------------------------------------------------------------- shading
+    def _fit_aspect(self) -> None:
+        """Equal units across and up on a true surface: its extent takes the plot's proportions."""
+        if self.mode != "model":
             return
-        self.y_range = (y0, y1)
-        self._paint(surface.xs, surface.ys, surface.Z)
+        vb = self.plot.getViewBox()
+        self.state.set_aspect(float(vb.width()), float(vb.height()))
+        self._show()
+
+    def _show(self) -> None:
+        """Draw the state's surface if it is newer than the one drawn (once per grid, never per frame)."""
+        state = self.state
+        if self._painted == state.version:
+            return
+        if self.mode == "curve" and state.curve is not None:
+            xs, shown = state.curve
+            self.curve.setData(xs, shown)
+        elif state.grid is not None:
+            shaded = self._shade(state.grid)
+            levels = state.grid.colour.levels(len(self.contours))
+            for contour, level in zip(self.contours, levels, strict=True):
+                contour.setData(shaded, float(level))
+        else:
+            return
+        self._painted = state.version
+        self.plot.setRange(xRange=self.x_range, yRange=self.y_range, padding=0)
         self._axis_labels()
+        self._set_caption()
+        self.surface_changed.emit()
 
-    def _clear_contours(self) -> None:
-        for c in self.contours:
-            c.setParentItem(None)
-            if c.scene() is not None:
-                c.scene().removeItem(c)
-        self.contours = []
-
-    def _paint(self, xs: np.ndarray, ys: np.ndarray, z: np.ndarray) -> None:
-        """Shade ``z`` over the grid ``xs`` x ``ys`` with contours, clipping diverged values."""
-        self.grid_values = (xs, ys, z)
-        values, self.log_colour = colour_values(z)
-        finite = values[np.isfinite(values)]
-        lo, hi = (
-            (float(np.percentile(finite, 1)), float(np.percentile(finite, 97))) if finite.size else (0.0, 1.0)
-        )
-        if hi <= lo:
-            hi = lo + 1.0
-        shown = np.nan_to_num(values, nan=hi, posinf=hi, neginf=lo)
+    def _shade(self, grid: SurfaceGrid) -> np.ndarray:
+        """Put ``grid`` into the image in the theme's colours; returns the values shaded."""
+        xs, ys = grid.xs, grid.ys
+        colour = grid.colour
+        shown = colour.values(grid.z)
         cmap = pg.ColorMap([0.0, 1.0], [QColor(self.theme.surface_low), QColor(self.theme.surface_high)])
-        self.image.setImage(shown, levels=(lo, hi), lut=cmap.getLookupTable(nPts=256))
+        self.image.setImage(shown, levels=(colour.lo, colour.hi), lut=cmap.getLookupTable(nPts=256))
         # Pixel centres sit on the grid points: the image reaches half a cell beyond them.
         dx = (xs[-1] - xs[0]) / max(len(xs) - 1, 1)
         dy = (ys[-1] - ys[0]) / max(len(ys) - 1, 1)
@@ -497,29 +474,29 @@ class SurfaceView(QWidget):
                 float(ys[-1] - ys[0] + dy),
             )
         )
-        self._clear_contours()
-        pen = pg.mkPen(QColor(self.theme.contour), width=1)
-        for level in np.linspace(lo, hi, CONTOURS + 2)[1:-1]:
-            curve = pg.IsocurveItem(data=shown, level=float(level), pen=pen)
-            curve.setParentItem(self.image)
-            curve.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
-            self.contours.append(curve)
-        self.plot.setRange(xRange=self.x_range, yRange=self.y_range, padding=0)
-        self.surface_changed.emit()
+        return shown
+
+    def _set_caption(self) -> None:
+        if self.info is None or self.mode == "none":
+            return
+        if self.mode == "model":
+            assert self.info.surface is not None
+            colour = "log₁₀ loss" if self.log_colour else "loss"
+            where = "the saddle point" if self.info.surface.kind == "saddle" else "the minimum"
+            text = f"Shade and contours: {colour}, {lower_shade(self.theme)} is lower; + marks {where}."
+        else:
+            text = self.plane_caption()
+        if text != self.caption.text():
+            self.caption.setText(text)
 
     def grid(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The surface drawn now, ``(xs, ys, Z)`` with ``Z[i, j]`` at ``(xs[i], ys[j])``; None if none."""
-        return self.grid_values
+        grid = self.state.grid
+        return None if grid is None else (grid.xs, grid.ys, grid.z)
 
     def loss_at(self, pts: np.ndarray) -> np.ndarray:
         """The loss of the drawn surface at points ``(M, 2)`` (exact for two-parameter models)."""
-        pts = np.asarray(pts, dtype=np.float64).reshape(-1, 2)
-        if self.info is not None and self.info.surface is not None:
-            return self.info.surface.evaluate(pts[:, 0], pts[:, 1])
-        if self.grid_values is None:
-            return np.full(len(pts), np.nan)
-        xs, ys, z = self.grid_values
-        return _bilinear(xs, ys, z, pts)
+        return self.state.loss_at(pts)
 
     def plane_caption(self) -> str:
         """The caption of a plane surface: what is shaded, and how far each run lies off the plane."""
@@ -541,119 +518,43 @@ class SurfaceView(QWidget):
         return text
 
     # -------------------------------------------------------------- draw
-    def _points(
-        self, flats: list[np.ndarray], dicts: list[Any]
-    ) -> tuple[list[tuple[float, float]], list[float]]:
-        """View positions of parameter states and their distance off the plane (0 on a true surface)."""
-        if self.info is not None and self.info.surface is not None:
-            return [self.info.surface.point(d) for d in dicts], [0.0] * len(dicts)
-        assert self.plane_surface is not None
-        from gradviz.engine.landscape import project
-
-        proj = project(self.plane_surface.plane, np.stack(flats))
-        coords = proj.coords
-        if self.mode == "curve":
-            heights = self._curve_height(coords[:, 0])
-            return [(float(a), float(h)) for a, h in zip(coords[:, 0], heights, strict=True)], [0.0] * len(
-                flats
-            )
-        return [(float(a), float(b)) for a, b in coords], [float(r) for r in proj.residuals]
-
-    def _curve_height(self, w: np.ndarray) -> np.ndarray:
-        assert self.plane_surface is not None
-        ps = self.plane_surface
-        xs, z = ps.xs, ps.Z[:, 0]
-        ok = np.isfinite(z)
-        if not ok.any():
-            return np.zeros_like(w)
-        return np.interp(w, xs[ok], z[ok])
-
-    def _vector(self, values: dict[str, np.ndarray | None]) -> tuple[float, float] | None:
-        """A per-parameter change (a gradient) as a vector in the view; None if absent."""
-        assert self.info is not None
-        if self.info.surface is not None:
-            return self.info.surface.vector(values)
-        if self.plane_surface is None or all(v is None for v in values.values()):
-            return None
-        from gradviz.engine.landscape import flatten, project
-
-        plane = self.plane_surface.plane
-        c = project(plane, flatten(plane.layout, values), displacement=True).coords[0]
-        return (float(c[0]), 0.0) if self.mode == "curve" else (float(c[0]), float(c[1]))
-
-    def _path(self, moment: Moment, index: int, name: str) -> np.ndarray:
-        """The run's points up to this moment: the start, then one per step."""
-        assert self.info is not None
-        items = self.items[index]
-        rt = moment.tape.runs[name]
-        upto = rt.index_at(moment.tick)
-        if len(items.cache_ops) > len(rt):  # the tape was reset
-            items.cache, items.residuals, items.cache_ops = [], [], []
-        if not items.cache:
-            start = self.info.initial[name]
-            items.cache, items.residuals = self._points([start.param_flat], [start.params])
-            items.cache_ops = []
-        flats, dicts = [], []
-        for i in range(len(items.cache_ops), len(rt)):
-            rec = moment.tape.record(name, i)
-            if rt.ops[i] == "step" and rec is not None:
-                flats.append(rec.snapshot.param_flat)
-                dicts.append(rec.params)
-            items.cache_ops.append(len(items.cache) + len(flats) - 1)
-        if flats:
-            points, residuals = self._points(flats, dicts)
-            items.cache.extend(points)
-            items.residuals.extend(residuals)
-        n = items.cache_ops[upto] + 1 if upto >= 0 else 1
-        return np.asarray(items.cache[:n], dtype=np.float64)
-
     def paths(self, moment: Moment) -> list[np.ndarray]:
         """Every run's path up to ``moment`` in view coordinates, ``(N, 2)`` each; empty without a surface."""
-        if self.info is None or not self.items or not self._ready():
+        if not self.items:
             return []
-        return [self._path(moment, i, r.name) for i, r in enumerate(self.info.runs)]
-
-    def _ready(self) -> bool:
-        return self.mode == "model" or (self.mode in ("plane", "curve") and self.plane_surface is not None)
+        return self.state.paths(moment)
 
     def draw(self, moment: Moment) -> None:
         """Draw every run at ``moment``: path, current point, arrows, and the end of diverged runs."""
-        if self.info is None or not self.items or not self._ready():
+        if self.info is None or not self.items or not self.state.ready:
             return
-        paths = self.paths(moment)
-        if self.mode == "model":
-            self._grow(paths)
-        else:
-            shown = self.plane_surface
-            self._leave(paths)
+        paths = self.state.paths(moment)
+        shown = self.plane_surface
+        request = self.state.follow(paths)
+        if request is not None:
+            self.plane_requested.emit(request)
             if self.plane_surface is not shown:
                 # The wider surface arrived at once (inline rendering): its coordinates may differ.
-                paths = self.paths(moment)
+                paths = self.state.paths(moment)
+        self._show()
         for i, run in enumerate(self.info.runs):
             self._draw_run(moment, i, run.name, paths[i])
         if self.mode in ("plane", "curve"):
-            self._residuals(moment, paths)
-            text = self.plane_caption()
-            if text != self.caption.text():
-                self.caption.setText(text)
+            self._residuals(paths)
+            self._set_caption()
 
-    def _residuals(self, moment: Moment, paths: list[np.ndarray]) -> None:
+    def _residuals(self, paths: list[np.ndarray]) -> None:
         assert self.info is not None
         if self.mode == "curve":
             self.residual_text = ""
             return
-        parts = []
-        for i, run in enumerate(self.info.runs):
-            res = self.items[i].residuals[len(paths[i]) - 1] if self.items[i].residuals else 0.0
-            parts.append(f"{run_glyph(i)} {run.name} {_distance(res)}")
+        parts = [
+            f"{run_glyph(i)} {run.name} {_distance(self.state.residual(i, len(paths[i])))}"
+            for i, run in enumerate(self.info.runs)
+        ]
         self.residual_text = "Off the plane (distance in weight space): " + ", ".join(parts) + "."
 
-    def fix_range(
-        self,
-        extent: tuple[tuple[float, float], tuple[float, float]] | None = None,
-        *,
-        equal_aspect: bool = False,
-    ) -> None:
+    def fix_range(self, extent: Extent | None = None, *, equal_aspect: bool = False) -> None:
         """Keep the plot's range from now on: paths that leave it no longer widen it.
 
         An export draws its last moment first (so the range grows to hold every
@@ -670,99 +571,29 @@ class SurfaceView(QWidget):
             For a true surface: one unit takes as many pixels across as up, so a
             gradient arrow stands perpendicular to the contours. The shorter side
             grows to the plot's own proportions, so the shading still fills it.
-            Call it once the view is laid out at its final size.
+            Call it once the view is laid out at its final size. (The window's true
+            surface always keeps equal units; False lets the range be ``extent`` as given.)
         """
-        if not self._ready():
+        if not self.state.ready:
             return
-        self.fixed = True
-        if self.mode != "model":
-            return
-        (x0, x1), (y0, y1) = extent if extent is not None else (self.x_range, self.y_range)
-        vb = self.plot.getViewBox()
-        if equal_aspect:
-            w, h = float(vb.width()), float(vb.height())
-            if w > 0 and h > 0 and x1 > x0 and y1 > y0:
-                per_pixel = max((x1 - x0) / w, (y1 - y0) / h)
-                cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
-                x0, x1 = cx - per_pixel * w / 2, cx + per_pixel * w / 2
-                y0, y1 = cy - per_pixel * h / 2, cy + per_pixel * h / 2
-            vb.setAspectLocked(True, 1.0)
-        self.x_range, self.y_range = (float(x0), float(x1)), (float(y0), float(y1))
-        self._compute()
+        if self.mode == "model":
+            vb = self.plot.getViewBox()
+            vb.setAspectLocked(equal_aspect, 1.0)
+            if equal_aspect:
+                self.state.set_aspect(float(vb.width()), float(vb.height()))
+            else:
+                self.state.aspect = None
+        self.state.fix(extent if extent is not None else self.state.wanted)
+        self._show()
 
     def view_range(self) -> tuple[tuple[float, float], tuple[float, float]]:
         """The data range the plot shows now, ``((x0, x1), (y0, y1))``."""
         (x0, x1), (y0, y1) = self.plot.getViewBox().viewRange()
         return (float(x0), float(x1)), (float(y0), float(y1))
 
-    def _leave(self, paths: list[np.ndarray]) -> None:
-        """Ask for the same plane over a wider range when a path leaves it (up to a cap)."""
-        assert self.plane_surface is not None and self.home is not None
-        if self.fixed:
-            return
-        if self.mode == "curve":
-            pts = np.concatenate(paths)[:, :1]
-        else:
-            pts = np.concatenate(paths)
-        pts = pts[np.all(np.isfinite(pts), axis=1)]
-        if pts.size == 0:
-            return
-        (x0, x1), (y0, y1) = self.plane_surface.extent
-        (hx0, hx1), (hy0, hy1) = self.home
-        out_x = pts[:, 0].min() < x0 or pts[:, 0].max() > x1
-        out_y = self.mode == "plane" and (pts[:, 1].min() < y0 or pts[:, 1].max() > y1)
-        if not (out_x or out_y):
-            return
-        cx, cy = GROW_CAP * (hx1 - hx0), GROW_CAP * (hy1 - hy0)
-        mx = 0.15 * (max(x1, pts[:, 0].max()) - min(x0, pts[:, 0].min()))
-        nx = (max(min(x0, pts[:, 0].min() - mx), hx0 - cx), min(max(x1, pts[:, 0].max() + mx), hx1 + cx))
-        if self.mode == "plane":
-            my = 0.15 * (max(y1, pts[:, 1].max()) - min(y0, pts[:, 1].min()))
-            ny = (max(min(y0, pts[:, 1].min() - my), hy0 - cy), min(max(y1, pts[:, 1].max() + my), hy1 + cy))
-        else:
-            ny = (y0, y1)
-        extent = ((float(nx[0]), float(nx[1])), (float(ny[0]), float(ny[1])))
-        if extent == self.plane_surface.extent or extent == self._asked:
-            return  # already as wide as the cap allows, or asked for
-        self._asked = extent
-        self.plane_requested.emit(PlaneRequest(self.plane_surface.kind, self.plane_surface.plane, extent))
-
-    def _grow(self, paths: list[np.ndarray]) -> None:
-        """Widen the surface when a path leaves it, up to four times its first size."""
-        assert self.home is not None
-        if self.fixed:
-            return
-        pts = np.concatenate(paths)
-        pts = pts[np.all(np.isfinite(pts), axis=1)]
-        if pts.size == 0:
-            return
-        (hx0, hx1), (hy0, hy1) = self.home
-        cap_x = 1.5 * (hx1 - hx0)
-        cap_y = 1.5 * (hy1 - hy0)
-        x0 = max(min(self.x_range[0], pts[:, 0].min()), hx0 - cap_x)
-        x1 = min(max(self.x_range[1], pts[:, 0].max()), hx1 + cap_x)
-        y0 = max(min(self.y_range[0], pts[:, 1].min()), hy0 - cap_y)
-        y1 = min(max(self.y_range[1], pts[:, 1].max()), hy1 + cap_y)
-        if (x0, x1) != self.x_range or (y0, y1) != self.y_range:
-            mx, my = 0.1 * (x1 - x0), 0.1 * (y1 - y0)
-            grow_x = (x0 - mx if x0 < self.x_range[0] else x0, x1 + mx if x1 > self.x_range[1] else x1)
-            grow_y = (y0 - my if y0 < self.y_range[0] else y0, y1 + my if y1 > self.y_range[1] else y1)
-            self.x_range = (max(grow_x[0], hx0 - cap_x), min(grow_x[1], hx1 + cap_x))
-            self.y_range = (max(grow_y[0], hy0 - cap_y), min(grow_y[1], hy1 + cap_y))
-            self._compute()
-
-    def _clip(self, pts: np.ndarray) -> np.ndarray:
-        wx = (self.x_range[1] - self.x_range[0]) * CLIP_WIDTHS
-        wy = (self.y_range[1] - self.y_range[0]) * CLIP_WIDTHS
-        out = np.array(pts, dtype=np.float64, copy=True)
-        out[~np.isfinite(out)] = np.nan
-        out[:, 0] = np.clip(out[:, 0], self.x_range[0] - wx, self.x_range[1] + wx)
-        out[:, 1] = np.clip(out[:, 1], self.y_range[0] - wy, self.y_range[1] + wy)
-        return out
-
     def _draw_run(self, moment: Moment, index: int, name: str, path: np.ndarray) -> None:
         items = self.items[index]
-        shown = self._clip(path)
+        shown = self.state.clip(path)
         key = (len(path), self.x_range[0], self.x_range[1])
         if key != items.shown:
             items.shown = key
@@ -801,8 +632,8 @@ class SurfaceView(QWidget):
         back = moment.last_backward(name) if live else None
         if back is not None:
             lr = float(next(iter(back.lr.values()), 0.0))
-            stale = self._vector(back.stale_grads or {}) or (0.0, 0.0)
-            fresh = self._vector(back.fresh_grads or {}) or (0.0, 0.0)
+            stale = self.state.vector(back.stale_grads or {}) or (0.0, 0.0)
+            fresh = self.state.vector(back.fresh_grads or {}) or (0.0, 0.0)
             mid = (at[0] - lr * stale[0], at[1] - lr * stale[1])
             end = (mid[0] - lr * fresh[0], mid[1] - lr * fresh[1])
             if stale != (0.0, 0.0):
@@ -810,19 +641,30 @@ class SurfaceView(QWidget):
             segments["fresh"] = (mid, end)
         nxt = moment.next_step(name) if live else None
         if nxt is not None:
-            segments["step"] = (at, self._step_point(at, nxt))
+            segments["step"] = (at, self.state.step_point(nxt))
+            self._beside_step(segments)
         for key, seg in segments.items():
             self._arrow(items, key, seg)
 
-    def _step_point(self, at: tuple[float, float], params: dict[str, np.ndarray]) -> tuple[float, float]:
-        assert self.info is not None
-        if self.info.surface is not None:
-            return self.info.surface.point(params)
-        from gradviz.engine.landscape import flatten
+    def _beside_step(self, segments: dict[str, Any]) -> None:
+        """Move the backward's arrows a lane beside the step's, so their heads never sit on its head.
 
-        assert self.plane_surface is not None
-        flat = flatten(self.plane_surface.plane.layout, params)
-        return self._points([flat], [params])[0][0]
+        Plain SGD steps exactly to where the backward's arrows end: drawn on one line the
+        three heads make one knot. The lane is a few pixels, inside the current marker.
+        """
+        (x0, y0), (x1, y1) = segments["step"]
+        px, py = self.plot.getViewBox().viewPixelSize()
+        px, py = px or 1.0, py or 1.0
+        dx, dy = (x1 - x0) / px, (y1 - y0) / py
+        length = math.hypot(dx, dy)
+        if not math.isfinite(length) or length == 0:
+            return
+        ox, oy = -dy / length * ARROW_LANE * px, dx / length * ARROW_LANE * py
+        for key in ("stale", "fresh"):
+            seg = segments[key]
+            if seg is not None:
+                (a, b), (c, d) = seg
+                segments[key] = ((a + ox, b + oy), (c + ox, d + oy))
 
     def _arrow(self, items: _RunItems, key: str, seg: Any) -> None:
         line, head = items.lines[key], items.heads[key]
@@ -832,14 +674,15 @@ class SurfaceView(QWidget):
                 line.setData([], [])
             head.setVisible(False)
             return
-        pts = self._clip(np.array(seg, dtype=np.float64))
+        pts = self.state.clip(np.array(seg, dtype=np.float64))
         if line.property("segment") != pts.tobytes():
             line.setProperty("segment", pts.tobytes())
             line.setData(pts[:, 0], pts[:, 1])
         px, py = self.plot.getViewBox().viewPixelSize()
         dx = (pts[1, 0] - pts[0, 0]) / (px or 1.0)
         dy = -(pts[1, 1] - pts[0, 1]) / (py or 1.0)
-        if math.hypot(dx, dy) < 4:
+        if math.hypot(dx, dy) < HEAD_ROOM * head.opts["headLen"]:
+            # A head longer than its arrow hides the line and tangles with the other heads.
             head.setVisible(False)
             return
         head.setStyle(angle=180 + math.degrees(math.atan2(dy, dx)))
@@ -862,24 +705,3 @@ def _distance(value: float) -> str:
     if value == 0 or abs(value) < 5e-7:
         return "0"
     return f"{value:.2g}" if value < 0.01 or value >= 1000 else f"{value:.3g}"
-
-
-def _bilinear(xs: np.ndarray, ys: np.ndarray, z: np.ndarray, pts: np.ndarray) -> np.ndarray:
-    """``z`` over the grid ``xs`` x ``ys`` interpolated at ``pts`` ``(M, 2)``, clamped to the grid."""
-    out = np.empty(len(pts))
-    for k, (x, y) in enumerate(pts):
-        if not (math.isfinite(x) and math.isfinite(y)):
-            out[k] = np.nan
-            continue
-        fi = float(np.interp(x, xs, np.arange(len(xs))))
-        fj = float(np.interp(y, ys, np.arange(len(ys)))) if len(ys) > 1 else 0.0
-        i0, j0 = min(int(fi), len(xs) - 2) if len(xs) > 1 else 0, min(int(fj), max(len(ys) - 2, 0))
-        ti, tj = fi - i0, fj - j0
-        i1, j1 = min(i0 + 1, len(xs) - 1), min(j0 + 1, len(ys) - 1)
-        out[k] = (
-            z[i0, j0] * (1 - ti) * (1 - tj)
-            + z[i1, j0] * ti * (1 - tj)
-            + z[i0, j1] * (1 - ti) * tj
-            + z[i1, j1] * ti * tj
-        )
-    return out

@@ -1,9 +1,10 @@
 """The loss surface as a rotatable 3-D mesh, with the runs' paths on it.
 
-It shows the surface the 2-D view draws (a true two-parameter surface or the
-loss over a plane) and the same paths, so the two always agree. Heights and
-shading are log10 of the loss when it spans decades, and the top few percent
-(diverged regions, 1e30 or inf) are clipped so they do not flatten the rest.
+It draws the :class:`~gradviz.gui.surface_state.SurfaceState` the 2-D view
+draws (a true two-parameter surface or the loss over a plane) and the same
+paths, so the two always agree. Heights and shading take the state's one colour
+range: log10 of the loss when it spans decades, and the top few percent
+(diverged regions, 1e30 or inf) clipped so they do not flatten the rest.
 
 ``pyqtgraph.opengl`` is imported only after :mod:`gradviz.gui.display` says a
 context can be made; otherwise a placeholder says why and the 2-D view carries on.
@@ -20,9 +21,10 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QLabel, QStackedLayout, QVBoxLayout, QWidget
 
 from gradviz.gui.display import gl_unavailable
+from gradviz.gui.surface_state import HIGH_PERCENTILE, SurfaceGrid, SurfaceState
 from gradviz.gui.tape import LabInfo, Moment
 from gradviz.gui.theme import LIGHT, Theme, run_color
-from gradviz.gui.views.surface import SurfaceView, colour_values, lower_shade
+from gradviz.gui.views.surface import SurfaceView, lower_shade
 
 # The mesh is drawn in a fixed box whatever the axes' units: x and y over [-1, 1], z over [0, HEIGHT].
 HEIGHT = 0.9
@@ -30,24 +32,23 @@ HEIGHT = 0.9
 MESH_POINTS = 61
 # Paths float this far above the mesh so the surface does not hide them.
 LIFT = 0.015
-
-
-def mesh_heights(z: np.ndarray) -> tuple[np.ndarray, tuple[float, float], bool]:
-    """Heights in [0, 1] for a loss grid, with the limits used and whether they are log10.
-
-    Values above the 97th percentile (and inf, NaN) are clipped to the top, so a
-    diverged corner saturates instead of squashing the basin flat.
-    """
-    values, log = colour_values(np.asarray(z, dtype=np.float64))
-    finite = values[np.isfinite(values)]
-    if finite.size:
-        lo, hi = float(finite.min()), float(np.percentile(finite, 97))
-    else:
-        lo, hi = 0.0, 1.0
-    if hi <= lo:
-        hi = lo + 1.0
-    shown = np.nan_to_num(values, nan=hi, posinf=hi, neginf=lo)
-    return np.clip((shown - lo) / (hi - lo), 0.0, 1.0), (lo, hi), log
+# Light scales a face's colour between these factors: enough to show the shape, too little to
+# turn a lit wall lighter than the pit or a wall in shadow darker than it (both themes keep the
+# lighter end above LIGHT_MIN times it, 0.75 x white > the light theme's high grey, and so on).
+LIGHT_MIN, LIGHT_MAX = 0.75, 1.0
+# pyqtgraph's own "shaded" program multiplies colours by 0.2 to 1.0, which makes walls facing
+# away from the light black whatever their height: the pit then reads darkest in either theme.
+SOFT_SHADED_FRAGMENT = f"""
+    #ifdef GL_ES
+    precision mediump float;
+    #endif
+    varying vec4 v_color;
+    varying vec3 v_normal;
+    void main() {{
+        float p = abs(dot(normalize(v_normal), normalize(vec3(1.0, -1.0, -1.0))));
+        gl_FragColor = vec4(v_color.rgb * ({LIGHT_MIN} + {LIGHT_MAX - LIGHT_MIN} * p), v_color.a);
+    }}
+"""
 
 
 def mesh_colours(heights: np.ndarray, theme: Theme) -> np.ndarray:
@@ -68,29 +69,47 @@ def mesh_caption(loss_word: str, log: bool, theme: Theme) -> str:
     """The 3-D view's caption: what height and shade show, in the words the theme's shading bears out."""
     what = f"log₁₀ {loss_word}" if log else loss_word
     return (
-        f"Height and shade: {what}, clipped at the 97th percentile; {lower_shade(theme)} is lower. "
+        f"Height and shade: {what}, clipped at the {HIGH_PERCENTILE:.0f}th percentile; "
+        f"{lower_shade(theme)} is lower. "
         "Drag to rotate, wheel to zoom."
     )
 
 
-def _subsample(xs: np.ndarray, ys: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    step_x = max(1, int(np.ceil(len(xs) / MESH_POINTS)))
-    step_y = max(1, int(np.ceil(len(ys) / MESH_POINTS)))
-    return xs[::step_x], ys[::step_y], z[::step_x, ::step_y]
+def mesh_grid(grid: SurfaceGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The mesh of ``grid``: at most :data:`MESH_POINTS` a side, heights in [0, 1] by its colour range."""
+    step_x = max(1, int(np.ceil(len(grid.xs) / MESH_POINTS)))
+    step_y = max(1, int(np.ceil(len(grid.ys) / MESH_POINTS)))
+    return grid.xs[::step_x], grid.ys[::step_y], grid.colour.unit(grid.z[::step_x, ::step_y])
+
+
+def _soft_shaded(owner: object) -> Any:
+    """A shader program for ``owner``'s mesh: pyqtgraph's "shaded" vertex stage, :data:`SOFT_SHADED_FRAGMENT`.
+
+    One program per view: pyqtgraph compiles a program once, in the first context that draws
+    it, and another view's context (an export beside the window) cannot use that one.
+    """
+    from pyqtgraph.opengl import shaders
+
+    vertex = shaders.getShaderProgram("shaded").shaders[0].code
+    return shaders.ShaderProgram(
+        f"gradviz-soft-shaded-{id(owner)}",
+        [shaders.VertexShader(vertex), shaders.FragmentShader(SOFT_SHADED_FRAGMENT)],
+    )
 
 
 class Surface3DView(QWidget):
-    """A rotatable mesh of the surface that ``source`` (the 2-D view) draws, with the runs' paths.
+    """A rotatable mesh of a surface state's grid, with the runs' paths on it.
 
     Parameters
     ----------
-    source:
-        The 2-D surface view whose grid and paths are shown.
+    state:
+        The surface shown: a :class:`~gradviz.gui.surface_state.SurfaceState`, or a
+        2-D view, which stands for its own state.
     """
 
-    def __init__(self, source: SurfaceView, parent: QWidget | None = None) -> None:
+    def __init__(self, state: SurfaceState | SurfaceView, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.source = source
+        self.state = state if isinstance(state, SurfaceState) else state.state
         self.theme: Theme = LIGHT
         self.info: LabInfo | None = None
         self.view: Any = None
@@ -99,9 +118,8 @@ class Surface3DView(QWidget):
         self.points: list[Any] = []
         self.reason: str | None = None
         self._scale: tuple[float, float, float, float] | None = None
-        self._limits: tuple[float, float] = (0.0, 1.0)
-        self._log = False
         self._grid_key: int | None = None
+        self._shader: Any = None
 
         self.title = QLabel("Loss surface in 3-D")
         self.title.setObjectName("panelTitle")
@@ -124,7 +142,7 @@ class Surface3DView(QWidget):
         box.addWidget(self.title)
         box.addLayout(self.stack, 1)
         box.addWidget(self.caption)
-        source.surface_changed.connect(self.refresh_surface)
+        self.state.on_change(self.refresh_surface)
 
     # ------------------------------------------------------------- setup
     def activate(self) -> bool:
@@ -140,6 +158,7 @@ class Surface3DView(QWidget):
         import pyqtgraph.opengl as gl
 
         self.view = gl.GLViewWidget()
+        self._shader = _soft_shaded(self)
         self.view.setObjectName("surface3d")
         self.view.setMinimumSize(160, 120)
         self.view.setCameraPosition(pos=pg.Vector(0, 0, HEIGHT / 3), distance=3.3, elevation=30, azimuth=-60)
@@ -164,7 +183,7 @@ class Surface3DView(QWidget):
         self.caption.setFont(font)
 
     def set_lab(self, info: LabInfo) -> None:
-        """Forget the old lab's mesh and paths; the 2-D view's next surface brings the new one."""
+        """Forget the old lab's mesh and paths; the state's next surface brings the new one."""
         self.info = info
         if self.view is None:
             return
@@ -192,25 +211,26 @@ class Surface3DView(QWidget):
 
     # -------------------------------------------------------------- draw
     def refresh_surface(self) -> None:
-        """Rebuild the mesh from the 2-D view's current grid."""
+        """Rebuild the mesh when the state holds a grid this view has not drawn."""
         if self.view is None:
             return
-        grid = self.source.grid()
+        grid = self.state.grid
+        for item in (*self.paths, *self.points):
+            # With no mesh under them (a loss curve, a plane still computing) paths float in nothing.
+            item.setVisible(grid is not None)
         if grid is None:
             if self.mesh is not None:
                 self.mesh.setVisible(False)
             self.caption.setText(
                 "The loss curve of a one-parameter model is drawn in 2-D only."
-                if self.source.mode == "curve"
+                if self.state.mode == "curve"
                 else "Waiting for the surface…"
             )
             return
-        key = id(grid[2])
-        if key == self._grid_key:
+        if self.state.version == self._grid_key:
             return
-        self._grid_key = key
-        xs, ys, z = _subsample(*grid)
-        heights, self._limits, self._log = mesh_heights(z)
+        self._grid_key = self.state.version
+        xs, ys, heights = mesh_grid(grid)
         x0, x1, y0, y1 = float(xs[0]), float(xs[-1]), float(ys[0]), float(ys[-1])
         self._scale = (x0, x1 - x0 or 1.0, y0, y1 - y0 or 1.0)
         mx = 2 * (xs - x0) / self._scale[1] - 1
@@ -226,7 +246,7 @@ class Surface3DView(QWidget):
             z=heights * HEIGHT,
             colors=colours,
             # Lit faces show the shape from any angle; the colours still encode the height.
-            shader="shaded",
+            shader=self._shader,
             smooth=True,
         )
         self.mesh.setGLOptions("opaque")
@@ -235,26 +255,22 @@ class Surface3DView(QWidget):
         for item in (*self.paths, *self.points):
             self.view.removeItem(item)
             self.view.addItem(item)
-        self.caption.setText(mesh_caption(self._loss_word(), self._log, self.theme))
+        self.caption.setText(mesh_caption(self._loss_word(), grid.colour.log, self.theme))
 
     def _loss_word(self) -> str:
-        ps = self.source.plane_surface
-        return ps.loss_name if ps is not None and self.source.mode == "plane" else "loss"
+        ps = self.state.plane
+        return ps.loss_name if ps is not None and self.state.mode == "plane" else "loss"
 
     def _to_box(self, pts: np.ndarray) -> np.ndarray:
         """Path points ``(N, 2)`` in view coordinates as mesh-box points ``(N, 3)`` on the surface."""
-        assert self._scale is not None
+        assert self._scale is not None and self.state.grid is not None
         x0, sx, y0, sy = self._scale
         pts = np.asarray(pts, dtype=np.float64).reshape(-1, 2)
         bx = np.clip(2 * (pts[:, 0] - x0) / sx - 1, -1.0, 1.0)
         by = np.clip(2 * (pts[:, 1] - y0) / sy - 1, -1.0, 1.0)
         # Heights come from the surface under the (clamped) point, so the path lies on the mesh.
         inside = np.stack([(bx + 1) * sx / 2 + x0, (by + 1) * sy / 2 + y0], axis=1)
-        loss = self.source.loss_at(inside)
-        values = np.log10(np.maximum(loss, 1e-300)) if self._log else loss
-        lo, hi = self._limits
-        with np.errstate(invalid="ignore"):
-            h = np.clip((np.nan_to_num(values, nan=hi, posinf=hi, neginf=lo) - lo) / (hi - lo), 0.0, 1.0)
+        h = self.state.grid.colour.unit(self.state.loss_at(inside))
         return np.stack([bx, by, h * HEIGHT + LIFT], axis=1)
 
     def draw(self, moment: Moment) -> None:
@@ -262,9 +278,9 @@ class Surface3DView(QWidget):
         if self.view is None or self.info is None:
             return
         self.refresh_surface()
-        if self._scale is None or self.source.grid() is None:
+        if self._scale is None or self.state.grid is None:
             return
-        paths = self.source.paths(moment)
+        paths = self.state.paths(moment)
         for i, path in enumerate(paths[: len(self.paths)]):
             finite = path[np.all(np.isfinite(path), axis=1)]
             if len(finite) == 0:
