@@ -89,14 +89,11 @@ class PaletteMapper:
         # Reversed so that the first of two equal entries wins.
         self._lut[keys[::-1]] = np.arange(1, len(palette) + 1, dtype=np.uint16)[::-1]
 
-    def flat(self) -> list[int]:
-        """The palette as Pillow's flat list ``[r0, g0, b0, r1, ...]``."""
-        return [v for c in self.palette for v in c]
-
     def indices(self, frame: np.ndarray) -> np.ndarray:
         """The ``(height, width)`` uint8 palette indices of an RGB frame."""
-        a = frame.astype(np.uint32)
-        keys = (a[..., 0] << 16) | (a[..., 1] << 8) | a[..., 2]
+        keys = frame[..., 0].astype(np.uint32) << 16
+        keys |= frame[..., 1].astype(np.uint32) << 8
+        keys |= frame[..., 2]
         index = self._lut[keys]
         missing = index == 0
         if missing.any():
@@ -109,10 +106,3 @@ class PaletteMapper:
                 self._lut[new[start : start + 4096]] = dist.argmin(axis=1).astype(np.uint16) + 1
             index = self._lut[keys]
         return (index - 1).astype(np.uint8)
-
-    def image(self, frame: np.ndarray) -> Image.Image:
-        """``frame`` as a Pillow "P" image carrying this palette."""
-        h, w = frame.shape[:2]
-        im = Image.frombytes("P", (w, h), self.indices(frame).tobytes())
-        im.putpalette(self.flat(), "RGB")
-        return im
