@@ -8,8 +8,8 @@ contour + line + quiver, redrawn by ``FuncAnimation`` and saved with
 its time is drawing and encoding only. gradviz's time is the whole export:
 building the lab, stepping it, drawing with the window's views, and encoding.
 
-Run: ``QT_QPA_PLATFORM=offscreen PYTHONPATH=. .venv/bin/python bench/bench_export.py [--repeats 3] [--keep DIR]``
-(needs matplotlib, which gradviz itself does not depend on).
+Run: ``QT_QPA_PLATFORM=offscreen PYTHONPATH=. .venv/bin/python bench/bench_export.py [--repeats 3]``
+``[--keep DIR]`` (needs matplotlib, which gradviz itself does not depend on).
 
 A second section encodes the same video frames twice: in process through PyAV
 (what ``gradviz export -o out.mp4`` does) and piped raw into an ``ffmpeg``
@@ -133,13 +133,14 @@ def gradviz_gif(out: Path, caption: bool) -> None:
 def rendered_frames(count: int) -> list[np.ndarray]:
     """``count`` frames of the surface view, one per op, as the export draws them."""
     from gradviz.export.plan import plan_frames
-    from gradviz.gui.export_frames import FrameRenderer, FrameStyle
+    from gradviz.gui.export_frame import FrameStyle
+    from gradviz.gui.export_renderer import FrameRenderer, run_inline
 
     renderer = FrameRenderer(SCENARIO, FrameStyle(SIZE, ("surface",)))
     try:
+        run_inline(renderer.open())
         plan = plan_frames(renderer.ticks_per_iteration, ops=count)
-        renderer.prepare_surface(plan.ticks()[-1])
-        return [frame.copy() for frame in renderer.frames(plan)]
+        return [frame.copy() for frame in renderer.frames(plan.ticks())]
     finally:
         renderer.close()
 

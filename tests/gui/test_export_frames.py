@@ -13,7 +13,8 @@ from PySide6.QtCore import QPoint, QRect
 from gradviz.engine.errors import UserError
 from gradviz.engine.lesson import Lesson
 from gradviz.export.plan import FramePlan, plan_frames
-from gradviz.gui.export_frames import ExportFrame, FrameRenderer, FrameStyle, fit_candidates, keep_order
+from gradviz.gui.export_frame import ExportFrame, FrameStyle
+from gradviz.gui.export_renderer import FrameRenderer, fit_candidates, keep_order, run_inline
 from gradviz.gui.layout import DEFAULT_VIEWS
 
 FOUR = ("surface", "grads", "code", "timeline")
@@ -23,7 +24,9 @@ def renderer(scenario: str, size: tuple[int, int], views: tuple[str, ...] = FOUR
     from gradviz.gui.display import frames_application
 
     frames_application(views, "light", 10.0)
-    return FrameRenderer(scenario, FrameStyle(size, views, **style))  # type: ignore[arg-type]
+    r = FrameRenderer(scenario, FrameStyle(size, views, **style))  # type: ignore[arg-type]
+    run_inline(r.open())
+    return r
 
 
 def plan_of(r: FrameRenderer, **frames: object) -> FramePlan:
@@ -36,7 +39,7 @@ def plan_of(r: FrameRenderer, **frames: object) -> FramePlan:
 
 def rendered(r: FrameRenderer, plan: FramePlan) -> Iterator[np.ndarray]:
     """Each frame of ``plan`` as it is rendered (the views then show that frame's moment)."""
-    yield from r.frames(plan)
+    yield from r.frames(plan.ticks())
 
 
 def boxes(frame: ExportFrame) -> dict[str, QRect]:
@@ -47,7 +50,7 @@ def needed(scenario: str, views: tuple[str, ...] = FOUR, **frames: object) -> tu
     """The least size the refusal of a tiny frame names, for the frames of ``frames``."""
     with pytest.raises(UserError) as caught:
         r = renderer(scenario, (320, 240), views)
-        r.prepare(plan_of(r, **frames).ticks())
+        run_inline(r.prepare(plan_of(r, **frames).ticks()))
     found = re.search(r"it needs at least (\d+)x(\d+)", str(caught.value))
     assert found, str(caught.value)
     return int(found[1]), int(found[2])
@@ -76,7 +79,7 @@ def test_the_surface_and_the_code_are_kept_longest_or_the_inspector_when_the_les
 
 def test_a_default_export_leaves_out_what_its_size_cannot_hold_and_says_what_it_kept(qapp) -> None:
     with renderer("forgot-zero-grad", (640, 480), DEFAULT_VIEWS, fit=True) as r:
-        r.prepare(plan_of(r, ops=8).ticks())
+        run_inline(r.prepare(plan_of(r, ops=8).ticks()))
         assert tuple(r.frame.shown_views()) == ("code", "surface")
         assert not r.frame.problems()
         assert r.notes == [
@@ -84,14 +87,14 @@ def test_a_default_export_leaves_out_what_its_size_cannot_hold_and_says_what_it_
             "(ask for them with --views and a larger --size)."
         ]
     with renderer("forgot-zero-grad", (1280, 720), DEFAULT_VIEWS, fit=True) as r:
-        r.prepare(plan_of(r, ops=8).ticks())
+        run_inline(r.prepare(plan_of(r, ops=8).ticks()))
         assert tuple(r.frame.shown_views()) == ("code", "surface", "grads", "timeline") and r.notes == []
 
 
 def test_views_asked_for_that_do_not_fit_are_refused_in_one_sentence(qapp) -> None:
     with pytest.raises(UserError, match=r"^640x480 is too small to draw surface, grads, code, timeline "):
         r = renderer("forgot-zero-grad", (640, 480))
-        r.prepare(plan_of(r, ops=8).ticks())
+        run_inline(r.prepare(plan_of(r, ops=8).ticks()))
 
 
 # --- nothing overlaps or is cut at the least size accepted -----------------------------------------
@@ -106,7 +109,7 @@ def test_at_the_least_size_it_names_every_frame_is_laid_out_without_overlaps(qap
     for smaller in ((w - 40, h), (w, h - 40)):
         with pytest.raises(UserError, match="too small"):
             r = renderer(scenario, smaller)
-            r.prepare(plan_of(r, per_frame="iteration", iterations=10).ticks())
+            run_inline(r.prepare(plan_of(r, per_frame="iteration", iterations=10).ticks()))
     with renderer(scenario, (w, h)) as r:
         plan = plan_of(r, per_frame="iteration", iterations=10)
         for image in rendered(r, plan):
@@ -130,7 +133,7 @@ def test_the_old_stated_least_size_of_four_views_is_no_longer_accepted(qapp) -> 
     # timeline's title and the timeline's legend under its plot.
     with pytest.raises(UserError, match=r"678x528 is too small .* it needs at least (\d+)x(\d+)"):
         r = renderer("forgot-zero-grad", (678, 528))
-        r.prepare(plan_of(r, per_frame="iteration", iterations=40).ticks())
+        run_inline(r.prepare(plan_of(r, per_frame="iteration", iterations=40).ticks()))
 
 
 # --- axes that hold still ---------------------------------------------------------------------------
