@@ -45,16 +45,22 @@ RESERVE_SAMPLES = 400
 # Which default views a size that cannot hold them all keeps longest.
 KEEP_FIRST = ("surface", "code", "grads", "timeline")
 KEEP_FIRST_GRADS = ("surface", "grads", "code", "timeline")
+# Quantities only the .grad inspector shows (its lr and memory readouts, the optimizer's state):
+# a lesson that leads with one is about the inspector.
+INSPECTOR_ONLY = ("lr", "memory", "state")
 
 
 def keep_order(views: Sequence[str], lesson: Lesson | None) -> tuple[str, ...]:
     """``views`` from the one kept longest to the one left out first when a frame is too small.
 
     The surface and the code stay longest, then the ``.grad`` inspector, then the
-    timeline; a lesson that leads with ``.grad`` quantities of named parameters
+    timeline; a lesson that leads with ``.grad`` quantities of named parameters,
+    or with what only the inspector shows (lr, memory, the optimizer's state),
     keeps the inspector before the code.
     """
-    leads_grads = lesson is not None and bool(lesson.show) and bool(lesson.params)
+    leads_grads = lesson is not None and (
+        (bool(lesson.show) and bool(lesson.params)) or any(q in INSPECTOR_ONLY for q in lesson.show)
+    )
     order = KEEP_FIRST_GRADS if leads_grads else KEEP_FIRST
     return (*(v for v in order if v in views), *(v for v in views if v not in order))
 
