@@ -102,7 +102,7 @@ class FrameStyle:
         ``"light"`` or ``"dark"``.
     fit:
         ``views`` are a default rather than a request: those the size cannot hold
-        readably are left out, in :func:`keep_order`'s order, and the scenario's
+        readably are left out, in :func:`~gradviz.gui.export_renderer.keep_order`'s order, and the scenario's
         lesson leaves out what it has no use for (its surface).
     """
 

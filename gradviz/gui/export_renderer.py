@@ -44,7 +44,7 @@ FALLBACK_PLANE = "random"
 RESERVE_SAMPLES = 400
 # Which default views a size that cannot hold them all keeps longest.
 KEEP_FIRST = ("surface", "code", "grads", "timeline")
-KEEP_FIRST_GRADS = ("surface", "grads", "code", "timeline")
+KEEP_FIRST_GRADS = ("grads", "surface", "code", "timeline")
 # Quantities only the .grad inspector shows (its lr and memory readouts, the optimizer's state):
 # a lesson that leads with one is about the inspector.
 INSPECTOR_ONLY = ("lr", "memory", "state")
@@ -55,8 +55,8 @@ def keep_order(views: Sequence[str], lesson: Lesson | None) -> tuple[str, ...]:
 
     The surface and the code stay longest, then the ``.grad`` inspector, then the
     timeline; a lesson that leads with ``.grad`` quantities of named parameters,
-    or with what only the inspector shows (lr, memory, the optimizer's state),
-    keeps the inspector before the code.
+    or with what only the inspector shows (lr, memory, the optimizer's state), is
+    about the inspector: it stays longest.
     """
     leads_grads = lesson is not None and (
         (bool(lesson.show) and bool(lesson.params)) or any(q in INSPECTOR_ONLY for q in lesson.show)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, QRect
+from PySide6.QtWidgets import QLabel
 
 from gradviz.engine.errors import UserError
 from gradviz.engine.lesson import Lesson
@@ -63,7 +64,7 @@ def test_the_surface_and_the_code_are_kept_longest_or_the_inspector_when_the_les
     assert keep_order(DEFAULT_VIEWS, None) == ("surface", "code", "grads", "timeline")
     assert keep_order(DEFAULT_VIEWS, Lesson(show=("grad",))) == ("surface", "code", "grads", "timeline")
     leads = Lesson(show=("grad", "state"), params=("offset",))
-    assert keep_order(DEFAULT_VIEWS, leads) == ("surface", "grads", "code", "timeline")
+    assert keep_order(DEFAULT_VIEWS, leads) == ("grads", "surface", "code", "timeline")
     sets = fit_candidates(DEFAULT_VIEWS, None)
     # The timeline goes first, then the inspector (a timeline may still fit where it does not).
     assert sets[:4] == [
@@ -73,6 +74,8 @@ def test_the_surface_and_the_code_are_kept_longest_or_the_inspector_when_the_les
         ("code", "surface"),
     ]
     assert sets.index(("surface",)) < sets.index(("code",)) and len(sets) == 15
+    # A lesson about what only the inspector shows (lr, memory) keeps it longest too.
+    assert keep_order(DEFAULT_VIEWS, Lesson(show=("lr", "memory")))[0] == "grads"
     # A lesson without a surface leaves it out of every set.
     assert all("surface" not in s for s in fit_candidates(DEFAULT_VIEWS, Lesson(surface="none")))
 
@@ -89,6 +92,15 @@ def test_a_default_export_leaves_out_what_its_size_cannot_hold_and_says_what_it_
     with renderer("forgot-zero-grad", (1280, 720), DEFAULT_VIEWS, fit=True) as r:
         run_inline(r.prepare(plan_of(r, ops=8).ticks()))
         assert tuple(r.frame.shown_views()) == ("code", "surface", "grads", "timeline") and r.notes == []
+
+
+def test_a_default_export_keeps_the_view_its_lesson_is_about(qapp) -> None:
+    """zero-grad-myths is about lr and memory, which the inspector's readouts show."""
+    with renderer("zero-grad-myths", (1280, 720), DEFAULT_VIEWS, fit=True) as r:
+        run_inline(r.prepare(plan_of(r).ticks()))
+        assert "grads" in r.frame.shown_views() and not r.frame.problems()
+        readout = r.frame.views["grads"].findChildren(QLabel)
+        assert any("lr 0.01" in label.text() and label.isVisibleTo(r.frame) for label in readout)
 
 
 def test_views_asked_for_that_do_not_fit_are_refused_in_one_sentence(qapp) -> None:
