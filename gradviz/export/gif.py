@@ -74,21 +74,24 @@ class _Part:
             out.write(chunk)
 
 
-def changed_box(previous: np.ndarray, current: np.ndarray) -> tuple[slice, slice] | None:
-    """The rows and columns of the smallest box holding every pixel where two RGB frames differ.
+def changed_part(previous: np.ndarray, current: np.ndarray) -> tuple[slice, slice, np.ndarray] | None:
+    """Where two RGB frames differ: the rows and columns of the smallest box holding every changed
+    pixel, and which pixels inside that box changed.
 
-    None when the frames are the same. Compared as bytes, before any palette lookup: a
-    frame that changes in a small place (a caption, a marker) is looked up only there.
+    None when the frames are the same. Compared as bytes, before any palette lookup: a frame
+    that changes in a small place (a caption, a marker) is looked up only there.
     """
     h = current.shape[0]
-    changed_rows = np.not_equal(previous.reshape(h, -1), current.reshape(h, -1)).any(axis=1)
-    rows = np.flatnonzero(changed_rows)
+    rows = np.flatnonzero(np.not_equal(previous.reshape(h, -1), current.reshape(h, -1)).any(axis=1))
     if rows.size == 0:
         return None
     y = slice(int(rows[0]), int(rows[-1]) + 1)
-    columns = np.not_equal(previous[y], current[y]).any(axis=(0, 2))
-    cols = np.flatnonzero(columns)
-    return y, slice(int(cols[0]), int(cols[-1]) + 1)
+    differs = previous[y] != current[y]
+    # Or-ing the three channels' planes is several times faster than any() over a last axis of 3.
+    changed = differs[..., 0] | differs[..., 1] | differs[..., 2]
+    cols = np.flatnonzero(changed.any(axis=0))
+    x = slice(int(cols[0]), int(cols[-1]) + 1)
+    return y, x, changed[:, x]
 
 
 class GifWriter(FrameWriter):
@@ -170,13 +173,13 @@ class GifWriter(FrameWriter):
                 pending = _Part(mapper.indices(frame), (0, 0), durations[i], None)
             else:
                 assert pending is not None
-                box = changed_box(previous, frame)
-                if box is None:
+                found = changed_part(previous, frame)
+                if found is None:
                     pending.duration += durations[i]
                 else:
-                    y, x = box
-                    part = mapper.indices(frame[y, x])
-                    part[(previous[y, x] == frame[y, x]).all(axis=2)] = transparent
+                    y, x, changed = found
+                    part = np.full(changed.shape, transparent, dtype=np.uint8)
+                    part[changed] = mapper.indices(frame[y, x][changed])
                     # Written once the next frame is known not to lengthen it.
                     pending.write(out)
                     pending = _Part(part, (x.start, y.start), durations[i], transparent)
