@@ -21,9 +21,9 @@ from __future__ import annotations
 import functools
 import itertools
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from PySide6.QtCore import QPoint, QRect, QSize, Qt
@@ -66,6 +66,8 @@ from gradviz.gui.widgets import fix_lines
 if TYPE_CHECKING:
     from gradviz.gui.views.surface3d import Surface3DView
 
+T = TypeVar("T")
+
 CAPTION_LINES = 2
 MIN_CAPTION_POINTS = 7.0
 DRAG_HINT = " Drag to rotate, wheel to zoom."
@@ -76,6 +78,8 @@ MIN_CODE_CHARS = 20
 # A lesson card covers at most this share of the views' height, in type no smaller than this.
 CARD_SHARE = 0.8
 MIN_CARD_POINTS = 8.0
+# Moments drawn between two chances for a window to handle its events while an export prepares.
+MEASURE_SLICE = 8
 # The largest frame the command line takes (see cli.SIZES).
 LARGEST = (7680, 4320)
 
@@ -255,6 +259,15 @@ def _wrapped_labels(frame: ExportFrame) -> list[QLabel]:
     for view in frame.views.values():
         out += [label for label in view.findChildren(QLabel) if label.wordWrap()]
     return out
+
+
+def run_inline(work: Generator[None, None, T]) -> T:
+    """Do ``work`` to its end at once and return its value (the command line, tests: nothing to wait for)."""
+    while True:
+        try:
+            next(work)
+        except StopIteration as done:
+            return done.value
 
 
 def rgb_array(image: QImage) -> np.ndarray:
@@ -602,8 +615,11 @@ class ExportFrame(QWidget):
         for key in surfaces:
             self.views[key].hide()
 
-    def prepare(self, moments: Sequence[Moment], last: Moment) -> None:
+    def prepare(self, moments: Sequence[Moment], last: Moment) -> Generator[None, None, None]:
         """Fix what would otherwise move between frames, from every moment the export will show.
+
+        A generator: it yields between every few moments drawn, where a window may
+        handle its events.
 
         Each of ``moments`` is drawn once: wrapped labels keep the height of the
         tallest text they show and the inspector's rows their tallest height. Then
@@ -613,7 +629,7 @@ class ExportFrame(QWidget):
         """
         self.settle()
         self._moments = [*moments, last]
-        self._tall = self._measure(self._moments)
+        self._tall = yield from self._measuring(self._moments)
         self.settle()
         source = self.source
         if source is not None:
@@ -643,6 +659,10 @@ class ExportFrame(QWidget):
         Returns the moments that set some label's or row's height: drawing just those
         measures the same heights at another frame size (see :meth:`too_small`).
         """
+        return run_inline(self._measuring(moments))
+
+    def _measuring(self, moments: Sequence[Moment]) -> Generator[None, None, list[Moment]]:
+        """:meth:`_measure`, yielding between every few moments drawn."""
         labels = _wrapped_labels(self)
         tallest: dict[QLabel, tuple[int, Moment]] = {}
         grads = self.views.get("grads")
@@ -652,7 +672,9 @@ class ExportFrame(QWidget):
             # A draw may show a label (the inspector's readout): lay it out before measuring.
             self.draw(moments[-1])
             self.settle()
-        for moment in moments:
+        for n, moment in enumerate(moments, start=1):
+            if n % MEASURE_SLICE == 0:
+                yield
             self.draw(moment)
             for label in labels:
                 if label.isVisibleTo(self) and label.text():

@@ -119,6 +119,7 @@ class ExportJob:
         self.renderer = FrameRenderer(scenario, style, threaded=threaded)
         self.writer: FrameWriter | None = None
         self.first_frame: np.ndarray | None = None
+        self.shots: list[Shot] = []  # what the frames show, known once the lab is built
         self.total = 0  # frames planned, known once the lab is built
         self.done = 0
         self.phase = "prepare"  # then "render", "encode"
@@ -185,6 +186,7 @@ class ExportJob:
             self._first_tick = plan.tick_of(plan.first)
             shots = [Shot(t) for t in plan.ticks()]
         self.total = sum(s.hold for s in shots)
+        self.shots = shots
         return shots
 
     def _open_writer(self, expected: int) -> FrameWriter:

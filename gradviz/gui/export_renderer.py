@@ -16,7 +16,7 @@ order, and :attr:`FrameRenderer.notes` says which were kept.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,7 @@ import numpy as np
 from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QApplication
 
-from gradviz.gui.export_frame import ExportFrame, FrameStyle
+from gradviz.gui.export_frame import ExportFrame, FrameStyle, run_inline
 from gradviz.gui.layout import SURFACES, position_text, views_for
 from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, PlaneSurface
 
@@ -84,12 +84,6 @@ def fit_candidates(views: Sequence[str], lesson: Lesson | None) -> list[tuple[st
     return out
 
 
-def run_inline(work: Iterator[None]) -> None:
-    """Do ``work`` to its end at once (the command line, tests: an inline renderer never waits)."""
-    for _ in work:
-        pass
-
-
 def spoken_list(names: Sequence[str]) -> str:
     """``a``, ``a and b``, ``a, b and c``."""
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
@@ -144,7 +138,7 @@ class FrameRenderer:
         self._choice = 0
 
     # ------------------------------------------------------------ the lab
-    def open(self) -> Iterator[None]:
+    def open(self) -> Generator[None, None, None]:
         """Build the lab (on the lab thread when threaded) and the frame of the views asked for."""
         from gradviz.engine.errors import UserError
 
@@ -161,12 +155,12 @@ class FrameRenderer:
         # Whether the size holds the views is known once every frame's content is: see prepare().
         self.frame = self._build(self._candidates[0])
 
-    def _idle(self) -> Iterator[None]:
+    def _idle(self) -> Generator[None, None, None]:
         """Wait for the lab thread's answer (nothing to wait for inline)."""
         while self.controller.busy:
             yield
 
-    def step_to(self, tick: int) -> Iterator[None]:
+    def step_to(self, tick: int) -> Generator[None, None, None]:
         """Perform ops, an iteration at a time, until the op at ``tick`` has run or every run stopped."""
         c = self.controller
         yield from self._idle()
@@ -183,7 +177,7 @@ class FrameRenderer:
         tape = self.controller.tape
         return -1 if tape is None else tape.last_tick
 
-    def reveals(self, stop: int) -> Iterator[None]:
+    def reveals(self, stop: int) -> Generator[None, None, None]:
         """Compute the reveals of lesson stop ``stop`` (no answers given) from the lab's records."""
         self._reveals.pop(stop, None)
         self.controller.request_reveal(stop, [])
@@ -216,7 +210,7 @@ class FrameRenderer:
         frame.deleteLater()
         QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
-    def _choose(self, ticks: Sequence[int]) -> Iterator[None]:
+    def _choose(self, ticks: Sequence[int]) -> Generator[None, None, None]:
         """Keep the first view set that fits the size, each prepared for ``ticks``; UserError if none does."""
         from gradviz.engine.errors import UserError
 
@@ -231,7 +225,7 @@ class FrameRenderer:
             if fit and not self.frame.fits():
                 continue
             try:
-                self._prepare_frame(ticks)
+                yield from self._prepare_frame(ticks)
             except UserError:
                 if not fit:
                     raise
@@ -247,13 +241,13 @@ class FrameRenderer:
         if self.frame.frame_style.views != views or not self._frame_prepared:
             self._discard(self.frame)
             self.frame = self._build(views)
-            self._prepare_frame(ticks)
+            yield from self._prepare_frame(ticks)
         small = self.frame.too_small() or self.style.size
         # Made afresh at that size, as the export asked for it would be: it holds, or says what more.
         for _ in range(3):
             self._discard(self.frame)
             self.frame = self._build(views, small)
-            self._prepare_frame(ticks)
+            yield from self._prepare_frame(ticks)
             more = self.frame.too_small()
             if more is None:
                 break
@@ -287,7 +281,7 @@ class FrameRenderer:
         )
 
     # ------------------------------------------------------- preparing
-    def prepare(self, ticks: Sequence[int]) -> Iterator[None]:
+    def prepare(self, ticks: Sequence[int]) -> Generator[None, None, None]:
         """Get every frame of an export showing ``ticks`` ready, before the first is rendered.
 
         The runs are stepped to the last tick, so that a model that is not
@@ -325,11 +319,11 @@ class FrameRenderer:
         yield from self._choose(ticks)
         self.controller.seek(-1)
 
-    def _plane_done(self) -> Iterator[None]:
+    def _plane_done(self) -> Generator[None, None, None]:
         while self.controller.plane_pending:
             yield
 
-    def _prepare_frame(self, ticks: Sequence[int]) -> None:
+    def _prepare_frame(self, ticks: Sequence[int]) -> Generator[None, None, None]:
         self._frame_prepared = True
         frame = self.frame
         source = frame.source
@@ -350,7 +344,7 @@ class FrameRenderer:
             step = len(shown) / RESERVE_SAMPLES
             shown = [shown[int(i * step)] for i in range(RESERVE_SAMPLES)] + [shown[-1]]
         moments = [Moment(self.info, tape, t, hide_future=True) for t in shown]
-        frame.prepare(moments, moments[-1])
+        yield from frame.prepare(moments, moments[-1])
 
     def _widen(self, request: PlaneRequest) -> None:
         if request.plane is not None:
@@ -373,7 +367,7 @@ class FrameRenderer:
         assert moment is not None
         return replace(moment, hide_future=True)
 
-    def show(self, tick: int) -> Iterator[None]:
+    def show(self, tick: int) -> Generator[None, None, None]:
         """Move to the moment after the op at (or before) ``tick``, from the ops already performed."""
         c = self.controller
         c.seek(tick)
