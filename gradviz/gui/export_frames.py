@@ -141,7 +141,7 @@ class ExportJob:
             shots = yield from self._plan()
             yield from renderer.prepare(sorted({s.tick for s in shots}))
             if not self.preview_only:
-                self.writer = self._open_writer(len(shots))
+                self.writer = self._open_writer()
             self.phase = "render"
             yield from self._draw(shots)
             if self.preview_only:
@@ -189,7 +189,7 @@ class ExportJob:
         self.shots = shots
         return shots
 
-    def _open_writer(self, expected: int) -> FrameWriter:
+    def _open_writer(self) -> FrameWriter:
         from gradviz.export import open_writer
 
         return open_writer(
@@ -197,7 +197,7 @@ class ExportJob:
             self.style.size,
             self.fps,
             fixed_colours=frame_colours(theme_named(self.style.theme)),
-            expected=self.total or expected,
+            expected=self.total,
         )
 
     def _draw(self, shots: list[Shot]) -> Iterator[None]:
