@@ -248,6 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
         "without a display)",
     )
     e.add_argument("--caption", choices=("narration", "none"), default="narration", help="sentence per frame")
+    e.add_argument(
+        "--lesson",
+        action="store_true",
+        help="the scenario's lesson: ops played to each stop, its question held, then the reveal",
+    )
     e.add_argument("--presentation", action="store_true", help="large type, as in presentation mode")
     e.add_argument("--device", help="cpu, cuda, mps or auto (default: the scenario's)")
     e.add_argument("--lr", type=_real(LEARNING_RATES), help="learning rate for every optimizer, 0 to 1e6")
@@ -465,6 +470,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from gradviz.engine.errors import UserError
     from gradviz.engine.scenario import load_scenario
     from gradviz.export import check_output
     from gradviz.export.outputs import check_fps
@@ -475,6 +481,10 @@ def _export(args: argparse.Namespace) -> int:
     output = check_output(args.output)  # before building the lab: a typo in the path should fail at once
     check_fps(args.fps, output)
     _check_export_range(args)
+    if args.lesson and (args.first, args.last, args.ops, args.iterations) != (None, None, None, None):
+        raise UserError(
+            "--lesson plays the lesson's own stops; leave out --from, --to, --ops and --iterations."
+        )
     # Presentation mode shows the window's presentation views unless told otherwise. Views asked
     # for must fit the size; the default ones give way, the lesson's leading ones last.
     default = PRESENTATION_VIEWS if args.presentation else DEFAULT_VIEWS
@@ -487,8 +497,13 @@ def _export(args: argparse.Namespace) -> int:
         presentation=args.presentation,
         fit=not args.views,
     )
-    frames = ExportRange(args.per_frame, args.first, args.last, args.ops, args.iterations)
+    frames = ExportRange(args.per_frame, args.first, args.last, args.ops, args.iterations, lesson=args.lesson)
     scenario = load_scenario(args.scenario).with_overrides(lr=args.lr, device=args.device)
+    if args.lesson and (scenario.lesson is None or not scenario.lesson.stops):
+        raise UserError(
+            f"{quoted(scenario.name)} has no lesson stops to export; leave out --lesson "
+            "(`gradviz list` shows the scenarios that carry a lesson)."
+        )
     notes: list[str] = []
     with ProgressBar(sys.stderr) as bar:
         out = export_animation(

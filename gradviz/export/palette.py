@@ -79,24 +79,21 @@ class PaletteMapper:
     """
 
     def __init__(self, palette: Sequence[RGB]) -> None:
-        if not 1 <= len(palette) <= 256:
-            raise ValueError(f"a GIF palette has 1 to 256 colours, not {len(palette)}")
+        if not 1 <= len(palette) <= MAX_COLOURS:
+            raise ValueError(f"a GIF palette here has 1 to {MAX_COLOURS} colours, not {len(palette)}")
         self.palette: list[RGB] = [(int(c[0]), int(c[1]), int(c[2])) for c in palette]
         self._colours = np.asarray(self.palette, dtype=np.int32)
-        # Entry + 1 per colour, 0 for not yet looked up; zeroed memory costs nothing until touched.
-        self._lut = np.zeros(1 << 24, dtype=np.uint16)
+        # Entry + 1 per colour (at most 255 entries: one byte each), 0 for not yet looked up.
+        self._lut = np.zeros(1 << 24, dtype=np.uint8)
         keys = (self._colours[:, 0] << 16) | (self._colours[:, 1] << 8) | self._colours[:, 2]
         # Reversed so that the first of two equal entries wins.
-        self._lut[keys[::-1]] = np.arange(1, len(palette) + 1, dtype=np.uint16)[::-1]
-
-    def flat(self) -> list[int]:
-        """The palette as Pillow's flat list ``[r0, g0, b0, r1, ...]``."""
-        return [v for c in self.palette for v in c]
+        self._lut[keys[::-1]] = np.arange(1, len(palette) + 1, dtype=np.uint8)[::-1]
 
     def indices(self, frame: np.ndarray) -> np.ndarray:
         """The ``(height, width)`` uint8 palette indices of an RGB frame."""
-        a = frame.astype(np.uint32)
-        keys = (a[..., 0] << 16) | (a[..., 1] << 8) | a[..., 2]
+        keys = frame[..., 0].astype(np.uint32) << 16
+        keys |= frame[..., 1].astype(np.uint32) << 8
+        keys |= frame[..., 2]
         index = self._lut[keys]
         missing = index == 0
         if missing.any():
@@ -106,13 +103,6 @@ class PaletteMapper:
             for start in range(0, len(new), 4096):
                 part = rgb[start : start + 4096]
                 dist = ((part[:, None, :] - self._colours[None, :, :]) ** 2).sum(axis=2)
-                self._lut[new[start : start + 4096]] = dist.argmin(axis=1).astype(np.uint16) + 1
+                self._lut[new[start : start + 4096]] = dist.argmin(axis=1).astype(np.uint8) + 1
             index = self._lut[keys]
-        return (index - 1).astype(np.uint8)
-
-    def image(self, frame: np.ndarray) -> Image.Image:
-        """``frame`` as a Pillow "P" image carrying this palette."""
-        h, w = frame.shape[:2]
-        im = Image.frombytes("P", (w, h), self.indices(frame).tobytes())
-        im.putpalette(self.flat(), "RGB")
-        return im
+        return index - 1

@@ -1,7 +1,14 @@
-"""Export… (Ctrl+E): the steps just shown as a GIF or video, with a preview, progress and Cancel."""
+"""Export… (Ctrl+E): the steps just shown as a GIF or video, with a preview, progress and Cancel.
+
+Preview and Export run an :class:`~gradviz.gui.export_frames.ExportJob` a step per
+turn of the event loop: the lab is stepped and the plane computed on worker
+threads, frames are drawn between events and the GIF is encoded on a thread,
+so the window keeps answering while an export runs.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
@@ -32,6 +39,7 @@ from gradviz.gui.layout import DEFAULT_VIEWS
 
 SIZES = ("1280x720", "960x540", "800x600", "640x480")
 PREVIEW_WIDTH = 360
+STEP_MS = 5
 
 
 class ExportDialog(QDialog):
@@ -62,6 +70,8 @@ class ExportDialog(QDialog):
         self.presentation = presentation
         self.theme = theme
         self.job: ExportJob | None = None
+        self._work: Generator[None, None, None] | None = None
+        self._encoded = (0, 0)  # frames encoded and to encode, as the encoding thread last said
         self.written: Path | None = None
         self.last_error: str | None = None
         self._cancelled = False
@@ -135,8 +145,9 @@ class ExportDialog(QDialog):
         layout.addWidget(self.progress)
         layout.addWidget(self.buttons)
         self._timer = QTimer(self)
-        self._timer.setInterval(0)
-        self._timer.timeout.connect(self._render_one)
+        # Between two steps of the job the window handles its events (waits on threads are polled).
+        self._timer.setInterval(STEP_MS)
+        self._timer.timeout.connect(self._advance)
 
     # ---------------------------------------------------------------- choices
     def _browse(self) -> None:
@@ -146,7 +157,7 @@ class ExportDialog(QDialog):
         if name:
             self.path.setText(name)
 
-    def _new_job(self) -> ExportJob:
+    def _new_job(self, preview: bool = False) -> ExportJob:
         w, h = (int(v) for v in self.frame_size.currentText().split("x"))
         views = tuple(name for name, box in self.views.items() if box.isChecked())
         if not views:
@@ -155,7 +166,15 @@ class ExportDialog(QDialog):
             (w, h), views, caption=self.caption.isChecked(), presentation=self.presentation, theme=self.theme
         )
         frames = ExportRange(self.per_frame.currentText(), first=self.first.value(), last=self.last.value())
-        return ExportJob(self.scenario, self.path.text(), style=style, fps=self.fps.value(), frames=frames)
+        return ExportJob(
+            self.scenario,
+            self.path.text(),
+            style=style,
+            fps=self.fps.value(),
+            frames=frames,
+            threaded=True,
+            preview=preview,
+        )
 
     def _fail(self, message: str) -> None:
         self.last_error = message
@@ -164,88 +183,98 @@ class ExportDialog(QDialog):
 
     # ---------------------------------------------------------------- actions
     def show_preview(self) -> None:
-        """Render the first frame of the export as chosen (writes nothing)."""
-        try:
-            job = self._new_job()
-        except UserError as exc:
-            self._fail(str(exc))
-            return
-        try:
-            image = job.preview()
-        finally:
-            job.cancel()
-        if image is not None:
-            pixmap = QPixmap.fromImage(image)
-            self.preview.setPixmap(
-                pixmap.scaledToWidth(PREVIEW_WIDTH, Qt.TransformationMode.SmoothTransformation)
-            )
+        """Draw the first frame of the export as chosen (writes nothing); the window stays live."""
+        self._run(preview=True)
 
     def start(self) -> None:
-        """Start the export; frames are drawn between events so the window stays responsive."""
+        """Start the export; the window stays responsive while it runs."""
+        self._run(preview=False)
+
+    def _run(self, preview: bool) -> None:
         if self.job is not None:
             return
         try:
-            self.job = self._new_job()
+            self.job = self._new_job(preview)
         except UserError as exc:
             self._fail(str(exc))
             return
         self._cancelled = False
         self.last_error = None
-        self.message.setText("Drawing frames…")
-        self.progress.setRange(0, self.job.total)
-        self.progress.setValue(0)
+        self._encoded = (0, 0)
+        self._work = self.job.work(self._on_encoded)
+        self.message.setText("Drawing the first frame…" if preview else "Stepping the lab…")
+        self.progress.setRange(0, 0)  # busy until the frames are planned
         self._set_running(True)
         self._timer.start()
 
-    def _render_one(self) -> None:
-        job = self.job
-        assert job is not None
+    def _on_encoded(self, done: int, total: int) -> None:
+        # On the encoding thread: only noted here, shown by the GUI thread's next step.
+        self._encoded = (done, total)
+
+    def _advance(self) -> None:
+        """One step of the job, then back to the event loop."""
+        job, work = self.job, self._work
+        assert job is not None and work is not None
         try:
-            more = job.render_next()
-        except UserError as exc:
-            job.cancel()
-            self.job = None
-            self._fail(str(exc))
+            next(work)
+        except StopIteration:
+            self._done(job)
             return
-        self.progress.setValue(job.done)
-        if more:
-            return
-        self._timer.stop()
-        self.message.setText("Encoding…")
-        try:
-            self.written = job.finish(progress=self._encoding)
         except ExportCancelled:
-            self.message.setText("Cancelled: nothing was written.")
-            self._set_running(False)
+            self._end("Cancelled: nothing was written.")
+            return
         except UserError as exc:
+            self._end(None)
             self._fail(str(exc))
-        else:
-            self.message.setText(f"Wrote {self.written}.")
-            self._set_running(False)
-        finally:
-            self.job = None
+            return
+        if job.phase == "render" and job.total:
+            self.message.setText("Drawing frames…")
+            self.progress.setRange(0, job.total)
+            self.progress.setValue(job.done)
+        elif job.phase == "encode":
+            done, total = self._encoded
+            self.message.setText("Encoding…")
+            self.progress.setRange(0, max(total, 1))
+            self.progress.setValue(done)
 
-    def _encoding(self, done: int, total: int) -> None:
-        from PySide6.QtWidgets import QApplication
+    def _done(self, job: ExportJob) -> None:
+        if job.preview_only:
+            image = job.preview()
+            if image is not None:
+                pixmap = QPixmap.fromImage(image)
+                self.preview.setPixmap(
+                    pixmap.scaledToWidth(PREVIEW_WIDTH, Qt.TransformationMode.SmoothTransformation)
+                )
+            self._end("")
+            return
+        self.written = job.written
+        self._end(f"Wrote {self.written}.")
 
-        self.progress.setRange(0, total)
-        self.progress.setValue(done)
-        QApplication.processEvents()  # lets Cancel be pressed while the GIF is encoded
-        if self._cancelled:
-            raise ExportCancelled()
+    def _end(self, message: str | None) -> None:
+        self._timer.stop()
+        self.job = None
+        self._work = None
+        if message is not None:
+            self.message.setText(message)
+        self._set_running(False)
 
     def cancel(self) -> None:
-        """Stop a running export (nothing is written) or close the dialog."""
+        """Stop a running export or preview (nothing is written), or close the dialog."""
         if self.job is None:
             self.reject()
             return
         self._cancelled = True
-        if self._timer.isActive():
-            self._timer.stop()
-            self.job.cancel()
-            self.job = None
-            self.message.setText("Cancelled: nothing was written.")
-            self._set_running(False)
+        job, work = self.job, self._work
+        if work is not None:
+            work.close()  # the job cancels itself where it stands
+        job.cancel()
+        self._end("Cancelled: nothing was written.")
+
+    def done(self, result: int) -> None:
+        """Closing the dialog stops a running export first (nothing is written)."""
+        if self.job is not None:
+            self.cancel()
+        super().done(result)
 
     def _set_running(self, running: bool) -> None:
         self.progress.setVisible(running)

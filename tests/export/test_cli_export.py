@@ -159,3 +159,60 @@ def test_default_views_give_way_to_a_small_size_and_say_which_were_kept(qapp, ca
     code, out, err = _run(capsys, "export", "forgot-zero-grad", *argv)
     assert code == 2 and err.startswith("gradviz: 640x480 is too small to draw surface, grads with a caption")
     assert err.count("\n") == 1 and not (tmp_path / "c.gif").exists()
+
+
+def test_lesson_export_asks_holds_then_reveals_the_real_numbers(qapp, capsys, tmp_path: Path) -> None:
+    """two-batch-accumulation: three questions, each held on screen, then answered from the run."""
+    from gradviz.gui.export_lesson import QUESTION_SECONDS, REVEAL_SECONDS
+    from tests.export.conftest import gif_durations
+
+    path = tmp_path / "lesson.gif"
+    code, out, err = _run(
+        capsys, "export", "two-batch-accumulation", "--lesson", "-o", str(path), "--size", "640x480"
+    )
+    assert (code, out.strip()) == (0, str(path)), err
+    durations = gif_durations(path)
+    held = [d for d in durations if d >= 1000]
+    asked, revealed = int(QUESTION_SECONDS * 1000), int(REVEAL_SECONDS * 1000)
+    assert held == [asked, revealed] * 3
+
+
+def test_lesson_cards_carry_the_question_then_the_real_run_after_the_stops_op(qapp, tmp_path: Path) -> None:
+    from gradviz.gui.export_frame import FrameStyle
+    from gradviz.gui.export_frames import ExportJob, ExportRange
+    from gradviz.gui.export_renderer import run_inline
+    from gradviz.gui.layout import DEFAULT_VIEWS
+
+    style = FrameStyle((1280, 720), DEFAULT_VIEWS, fit=True)
+    job = ExportJob(
+        "two-batch-accumulation", tmp_path / "a.gif", style=style, fps=4, frames=ExportRange(lesson=True)
+    )
+    work = job.work()
+    next(work)
+    stops = job.renderer.info.stops
+    run_inline(work)
+    cards = [s for s in job.shots if s.card]
+    assert len(cards) == 6 and (tmp_path / "a.gif").exists()
+    for placed, (ask, reveal) in zip(stops, zip(cards[::2], cards[1::2], strict=True), strict=True):
+        question = placed.stop.questions[0]
+        # Asked before the stop's op (nothing after it drawn), revealed once it has run.
+        assert ask.tick < placed.tick <= reveal.tick and question.ask.split("?")[0] in ask.card
+        assert "Answer:" not in ask.card and "In the real run" in reveal.card
+    # The answers the lesson's point states, computed from the real run's records.
+    answers = [c.card for c in cards[1::2]]
+    expected = ("-16", "-20", "1.2")
+    assert [f"Answer: {n}</b>" in a for a, n in zip(answers, expected, strict=True)] == [True] * 3
+
+
+def test_lesson_export_of_a_scenario_without_one_is_one_sentence(qapp, capsys, tmp_path: Path) -> None:
+    plain = tmp_path / "plain.toml"
+    plain.write_text('name = "plain"\niterations = 3\n[model]\nkind = "quadratic"\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    code, _, err = _run(capsys, "export", str(plain), "--lesson", "-o", str(out / "a.gif"))
+    assert code == 2 and "has no lesson stops to export" in err and err.count("\n") == 1
+    code, _, err = _run(capsys, "export", "no-such-scenario", "--lesson", "-o", str(out / "a.gif"))
+    assert code == 2 and err.count("\n") == 1
+    code, _, err = _run(capsys, "export", "forgot-zero-grad", "--lesson", "--ops", "3", "-o", str(out / "b"))
+    assert code == 2 and "--lesson plays the lesson's own stops" in err
+    assert list(out.iterdir()) == []

@@ -110,12 +110,14 @@ def test_a_run_that_diverges_ends_the_export_on_its_last_moment(export, tmp_path
 def test_a_model_with_a_plane_surface(export, tmp_path: Path) -> None:
     """Models that are not two-parameter are drawn over one plane, with the paths and the residual readout."""
     from gradviz.export.plan import plan_frames
-    from gradviz.gui.export_frames import ExportFrame, FrameRenderer, FrameStyle
+    from gradviz.gui.export_frame import ExportFrame, FrameStyle
+    from gradviz.gui.export_renderer import FrameRenderer, run_inline
 
     style = FrameStyle(SIZE, ("surface",))
     with FrameRenderer("zero-grad-myths", style) as renderer:
+        run_inline(renderer.open())
         plan = plan_frames(renderer.ticks_per_iteration, ops=12)
-        frames = list(renderer.frames(plan))
+        frames = list(renderer.frames(plan.ticks()))
         view = renderer.frame.views["surface"]
         assert view.plane_surface is not None and view.plane_surface.kind == "pca"
         assert "Off the plane (distance in weight space)" in view.caption.text()
@@ -145,11 +147,13 @@ def test_a_range_after_every_run_stopped_is_one_sentence(export, tmp_path: Path)
 def test_an_export_draws_the_plane_its_lesson_names() -> None:
     """set-to-none's lesson is about offset: its export shows offset × weight, not the path's PCA."""
     from gradviz.export.plan import plan_frames
-    from gradviz.gui.export_frames import FrameRenderer, FrameStyle
+    from gradviz.gui.export_frame import FrameStyle
+    from gradviz.gui.export_renderer import FrameRenderer, run_inline
 
     with FrameRenderer("set-to-none", FrameStyle(SIZE, ("surface",))) as renderer:
+        run_inline(renderer.open())
         plan = plan_frames(renderer.ticks_per_iteration, ops=8)
-        list(renderer.frames(plan))
+        list(renderer.frames(plan.ticks()))
         surface = renderer.frame.views["surface"].plane_surface
         assert surface is not None and surface.kind == "axes"
         assert surface.plane.labels == ("offset", "weight")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PIL import Image
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt, QTimer
 
 from gradviz.engine import load_builtin
 from gradviz.gui.export_dialog import ExportDialog
@@ -21,7 +21,8 @@ def test_the_range_starts_at_what_was_stepped_and_the_gif_has_those_frames(qtbot
     dialog = _dialog(qtbot, tmp_path, stepped=6)
     assert (dialog.first.value(), dialog.last.value()) == (1, 6)
     dialog.show_preview()
-    assert not dialog.preview.pixmap().isNull()
+    qtbot.waitUntil(lambda: dialog.job is None, timeout=60000)
+    assert dialog.last_error is None and not dialog.preview.pixmap().isNull()
     assert not (tmp_path / "steps.gif").exists()  # a preview writes nothing
     qtbot.mouseClick(dialog.export_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: dialog.written is not None or dialog.last_error is not None, timeout=60000)
@@ -42,6 +43,33 @@ def test_cancel_leaves_no_file_and_keeps_the_previous_one(qtbot, tmp_path) -> No
     assert dialog.job is None and "Cancelled" in dialog.message.text()
     assert (tmp_path / "steps.gif").read_bytes() == b"earlier export"
     assert [p.name for p in tmp_path.iterdir()] == ["steps.gif"]
+
+
+def test_the_window_handles_events_while_an_export_runs_and_cancel_stops_it(qtbot, tmp_path) -> None:
+    """The lab is stepped on a worker thread and frames drawn between events: a timer keeps firing."""
+    out = tmp_path / "out"
+    out.mkdir()
+    dialog = _dialog(qtbot, out, stepped=40)
+    seen: list[tuple[str, int]] = []  # (phase, frames drawn) each time the timer fired
+    timer = QTimer()
+    timer.setInterval(10)
+    timer.timeout.connect(lambda: dialog.job is not None and seen.append((dialog.job.phase, dialog.job.done)))
+    timer.start()
+    dialog.start()
+    assert dialog.job is not None and dialog.job.done == 0  # start() returns before any frame is drawn
+    qtbot.waitUntil(lambda: dialog.job is not None and dialog.job.done >= 3, timeout=60000)
+    # Events were handled while the lab was being stepped and planned, and between frames.
+    assert any(phase == "prepare" for phase, _ in seen)
+    assert len({done for phase, done in seen if phase == "render"}) >= 2
+    clicked: list[bool] = []
+    dialog.caption.toggled.connect(clicked.append)
+    qtbot.mouseClick(dialog.caption, Qt.MouseButton.LeftButton, pos=QPoint(5, dialog.caption.height() // 2))
+    assert clicked == [False] and dialog.job is not None  # a click handled while the export runs
+    qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
+    timer.stop()
+    assert dialog.job is None and "Cancelled" in dialog.message.text()
+    assert list(out.iterdir()) == []
+    assert dialog.export_button.isEnabled()
 
 
 def test_a_bad_path_is_said_in_the_dialog(qtbot, tmp_path) -> None:

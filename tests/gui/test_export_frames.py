@@ -9,11 +9,13 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, QRect
+from PySide6.QtWidgets import QLabel
 
 from gradviz.engine.errors import UserError
 from gradviz.engine.lesson import Lesson
 from gradviz.export.plan import FramePlan, plan_frames
-from gradviz.gui.export_frames import ExportFrame, FrameRenderer, FrameStyle, fit_candidates, keep_order
+from gradviz.gui.export_frame import ExportFrame, FrameStyle
+from gradviz.gui.export_renderer import FrameRenderer, fit_candidates, keep_order, run_inline
 from gradviz.gui.layout import DEFAULT_VIEWS
 
 FOUR = ("surface", "grads", "code", "timeline")
@@ -23,7 +25,9 @@ def renderer(scenario: str, size: tuple[int, int], views: tuple[str, ...] = FOUR
     from gradviz.gui.display import frames_application
 
     frames_application(views, "light", 10.0)
-    return FrameRenderer(scenario, FrameStyle(size, views, **style))  # type: ignore[arg-type]
+    r = FrameRenderer(scenario, FrameStyle(size, views, **style))  # type: ignore[arg-type]
+    run_inline(r.open())
+    return r
 
 
 def plan_of(r: FrameRenderer, **frames: object) -> FramePlan:
@@ -36,7 +40,7 @@ def plan_of(r: FrameRenderer, **frames: object) -> FramePlan:
 
 def rendered(r: FrameRenderer, plan: FramePlan) -> Iterator[np.ndarray]:
     """Each frame of ``plan`` as it is rendered (the views then show that frame's moment)."""
-    yield from r.frames(plan)
+    yield from r.frames(plan.ticks())
 
 
 def boxes(frame: ExportFrame) -> dict[str, QRect]:
@@ -47,7 +51,7 @@ def needed(scenario: str, views: tuple[str, ...] = FOUR, **frames: object) -> tu
     """The least size the refusal of a tiny frame names, for the frames of ``frames``."""
     with pytest.raises(UserError) as caught:
         r = renderer(scenario, (320, 240), views)
-        r.prepare(plan_of(r, **frames).ticks())
+        run_inline(r.prepare(plan_of(r, **frames).ticks()))
     found = re.search(r"it needs at least (\d+)x(\d+)", str(caught.value))
     assert found, str(caught.value)
     return int(found[1]), int(found[2])
@@ -60,7 +64,7 @@ def test_the_surface_and_the_code_are_kept_longest_or_the_inspector_when_the_les
     assert keep_order(DEFAULT_VIEWS, None) == ("surface", "code", "grads", "timeline")
     assert keep_order(DEFAULT_VIEWS, Lesson(show=("grad",))) == ("surface", "code", "grads", "timeline")
     leads = Lesson(show=("grad", "state"), params=("offset",))
-    assert keep_order(DEFAULT_VIEWS, leads) == ("surface", "grads", "code", "timeline")
+    assert keep_order(DEFAULT_VIEWS, leads) == ("grads", "surface", "code", "timeline")
     sets = fit_candidates(DEFAULT_VIEWS, None)
     # The timeline goes first, then the inspector (a timeline may still fit where it does not).
     assert sets[:4] == [
@@ -70,13 +74,15 @@ def test_the_surface_and_the_code_are_kept_longest_or_the_inspector_when_the_les
         ("code", "surface"),
     ]
     assert sets.index(("surface",)) < sets.index(("code",)) and len(sets) == 15
+    # A lesson about what only the inspector shows (lr, memory) keeps it longest too.
+    assert keep_order(DEFAULT_VIEWS, Lesson(show=("lr", "memory")))[0] == "grads"
     # A lesson without a surface leaves it out of every set.
     assert all("surface" not in s for s in fit_candidates(DEFAULT_VIEWS, Lesson(surface="none")))
 
 
 def test_a_default_export_leaves_out_what_its_size_cannot_hold_and_says_what_it_kept(qapp) -> None:
     with renderer("forgot-zero-grad", (640, 480), DEFAULT_VIEWS, fit=True) as r:
-        r.prepare(plan_of(r, ops=8).ticks())
+        run_inline(r.prepare(plan_of(r, ops=8).ticks()))
         assert tuple(r.frame.shown_views()) == ("code", "surface")
         assert not r.frame.problems()
         assert r.notes == [
@@ -84,14 +90,23 @@ def test_a_default_export_leaves_out_what_its_size_cannot_hold_and_says_what_it_
             "(ask for them with --views and a larger --size)."
         ]
     with renderer("forgot-zero-grad", (1280, 720), DEFAULT_VIEWS, fit=True) as r:
-        r.prepare(plan_of(r, ops=8).ticks())
+        run_inline(r.prepare(plan_of(r, ops=8).ticks()))
         assert tuple(r.frame.shown_views()) == ("code", "surface", "grads", "timeline") and r.notes == []
+
+
+def test_a_default_export_keeps_the_view_its_lesson_is_about(qapp) -> None:
+    """zero-grad-myths is about lr and memory, which the inspector's readouts show."""
+    with renderer("zero-grad-myths", (1280, 720), DEFAULT_VIEWS, fit=True) as r:
+        run_inline(r.prepare(plan_of(r).ticks()))
+        assert "grads" in r.frame.shown_views() and not r.frame.problems()
+        readout = r.frame.views["grads"].findChildren(QLabel)
+        assert any("lr 0.01" in label.text() and label.isVisibleTo(r.frame) for label in readout)
 
 
 def test_views_asked_for_that_do_not_fit_are_refused_in_one_sentence(qapp) -> None:
     with pytest.raises(UserError, match=r"^640x480 is too small to draw surface, grads, code, timeline "):
         r = renderer("forgot-zero-grad", (640, 480))
-        r.prepare(plan_of(r, ops=8).ticks())
+        run_inline(r.prepare(plan_of(r, ops=8).ticks()))
 
 
 # --- nothing overlaps or is cut at the least size accepted -----------------------------------------
@@ -106,7 +121,7 @@ def test_at_the_least_size_it_names_every_frame_is_laid_out_without_overlaps(qap
     for smaller in ((w - 40, h), (w, h - 40)):
         with pytest.raises(UserError, match="too small"):
             r = renderer(scenario, smaller)
-            r.prepare(plan_of(r, per_frame="iteration", iterations=10).ticks())
+            run_inline(r.prepare(plan_of(r, per_frame="iteration", iterations=10).ticks()))
     with renderer(scenario, (w, h)) as r:
         plan = plan_of(r, per_frame="iteration", iterations=10)
         for image in rendered(r, plan):
@@ -130,7 +145,7 @@ def test_the_old_stated_least_size_of_four_views_is_no_longer_accepted(qapp) -> 
     # timeline's title and the timeline's legend under its plot.
     with pytest.raises(UserError, match=r"678x528 is too small .* it needs at least (\d+)x(\d+)"):
         r = renderer("forgot-zero-grad", (678, 528))
-        r.prepare(plan_of(r, per_frame="iteration", iterations=40).ticks())
+        run_inline(r.prepare(plan_of(r, per_frame="iteration", iterations=40).ticks()))
 
 
 # --- axes that hold still ---------------------------------------------------------------------------
