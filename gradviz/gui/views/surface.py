@@ -461,7 +461,13 @@ class SurfaceView(QWidget):
             self.surface_changed.emit()
             return
         self.y_range = (y0, y1)
-        self._paint(surface.xs, surface.ys, surface.Z)
+        if np.isfinite(surface.Z).any():
+            self._paint(surface.xs, surface.ys, surface.Z)
+        else:  # no loss known anywhere on the plane (a recording): the paths alone, over their plane
+            self.grid_values = None
+            self.image.clear()
+            self._clear_contours()
+            self.plot.setRange(xRange=self.x_range, yRange=self.y_range, padding=0)
         self._axis_labels()
 
     def _clear_contours(self) -> None:
@@ -526,6 +532,8 @@ class SurfaceView(QWidget):
         ps = self.plane_surface
         if ps is None:
             return "Computing the surface…"
+        if not np.isfinite(ps.Z).any():
+            return " ".join(t for t in (ps.note, self.residual_text) if t)
         if self.mode == "curve":
             text = f"Curve: {ps.loss_name} over the whole dataset; the runs move along it."
         else:
