@@ -28,6 +28,9 @@ class FindingsList(QListWidget):
         )
         self.itemClicked.connect(self._go)
         self.itemActivated.connect(self._go)
+        font = self.font()
+        font.setBold(True)
+        self.setFont(font)
         self.hide()
 
     def set_findings(self, findings: Sequence[LinkedFinding]) -> None:
@@ -50,6 +53,14 @@ class FindingsList(QListWidget):
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self._fit()  # wrapped lines take more rows at a narrower width
+
+    def mark(self, tick: int) -> None:
+        """Select the finding about the op at ``tick`` (none when no finding is about it)."""
+        for row in range(self.count()):
+            item = self.item(row)
+            on = int(item.data(Qt.ItemDataRole.UserRole)) == tick
+            if item.isSelected() != on:
+                item.setSelected(on)
 
     def _go(self, item: QListWidgetItem) -> None:
         tick = int(item.data(Qt.ItemDataRole.UserRole))

@@ -586,6 +586,8 @@ class MainWindow(QMainWindow):
                 view.draw(moment)  # type: ignore[attr-defined]
         if self.surface3d.isVisible():
             self.surface3d.draw(moment)
+        if self.findings.isVisible():
+            self.findings.mark(moment.tick)
         text = narrate(moment, self.code.run_name)
         if text != self.narration.text():
             self.narration.setText(text)
@@ -605,7 +607,9 @@ class MainWindow(QMainWindow):
         if c.tape is not None and moment.tick < c.tape.last_tick:
             parts.append(f"history: {c.tape.last_tick + 1} ops (→ replays them)")
         elif c.finished:
-            parts.append("the scenario's last op: R starts again")
+            parts.append(
+                f"the {'recording' if c.replay is not None else 'scenario'}'s last op: R starts again"
+            )
         runs = []
         for i, run in enumerate(info.runs):
             status = moment.status(run.name)
