@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QRect, Qt, Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, QWidget
 
@@ -46,9 +46,13 @@ class FindingsList(QListWidget):
         self._fit()
 
     def _fit(self) -> None:
-        rows = min(self.count(), SHOWN_ROWS)
-        height = sum(self.sizeHintForRow(i) for i in range(rows)) + 2 * self.frameWidth() + 2
-        self.setFixedHeight(max(height, self.fontMetrics().height() + 8))
+        """As tall as the first rows need, wrapped at the list's width, so no finding is cut."""
+        fm = self.fontMetrics()
+        width = max(self.viewport().width() - 8, 100)
+        rows = [self.item(i).text() for i in range(min(self.count(), SHOWN_ROWS))]
+        flags = int(Qt.TextFlag.TextWordWrap)
+        height = sum(fm.boundingRect(QRect(0, 0, width, 10_000), flags, text).height() + 4 for text in rows)
+        self.setFixedHeight(max(height, fm.height() + 4) + 2 * self.frameWidth() + 2)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)

@@ -66,6 +66,7 @@ class Event:
     params: list[int] = field(default_factory=list)  # parameters a zero_grad or update concerned
     zeros: list[int] = field(default_factory=list)  # parameters a zero_grad left holding zeros, not None
     loss: Any = None  # a backward's loss (a one-element tensor), copied off the device
+    grads: dict[int, Any] = field(default_factory=dict)  # the .grad a backward left, by parameter id
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"op": self.op, "file": self.file, "line": self.line, "step": self.step}
@@ -75,6 +76,8 @@ class Event:
             out["filled"] = self.filled
             if self.loss is not None:
                 out["loss"] = _floats(self.loss)[0]
+            if self.grads:
+                out["grads"] = {str(pid): _floats(g) for pid, g in self.grads.items()}
         elif self.params:
             out["params"] = self.params
         if self.zeros:
@@ -374,6 +377,17 @@ class Observer:
             self._sync(self.order, None)
         return ev
 
+    def _after_backward(self, ev: Event) -> None:
+        """The ledger of one backward: each ``.grad`` it filled, as it left it (values or sample)."""
+        import torch
+
+        with torch.no_grad():
+            for pid in ev.filled:
+                p = self.order[pid]
+                g = p.tensor.grad if p.tensor is not None else None
+                if g is not None:
+                    ev.grads[pid] = _off(_pick(g.detach(), p.sample))
+
     def _wrap_backward(self, *, tensor_method: bool) -> Callable[[Any], Any]:
         def make(original: Any) -> Any:
             def backward(*args: Any, **kwargs: Any) -> Any:
@@ -387,11 +401,17 @@ class Observer:
                 self._current = ev
                 self._busy += 1
                 try:
-                    return original(*args, **kwargs)
+                    out = original(*args, **kwargs)
                 finally:
                     self._busy -= 1
                     self._current = None
-                    self._maybe_close()
+                if ev is not None:
+                    try:
+                        self._after_backward(ev)
+                    except Exception as exc:
+                        self._broken(exc)
+                self._maybe_close()
+                return out
 
             backward.__wrapped__ = original  # type: ignore[attr-defined]
             backward.__doc__ = original.__doc__

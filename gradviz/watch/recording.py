@@ -19,6 +19,7 @@ number is written as the string ``"nan"``, ``"inf"`` or ``"-inf"``)::
                   "file": "train.py", "line": 42, "step": 0,
                   "who": "SGD #0", "filled": [0, 1], "params": [0, 1],
                   "loss": 0.42,             # a backward's loss, when it is one number
+                  "grads": {"0": [..]},     # the .grad it left (values, or the sample)
                   "zeros": [0]}],           # a zero_grad's parameters left holding zeros, not None
       "updates": [{"event": 3, "step": 0, "op": "step",
                    "params": {"0": {"norm": 1.2, "grad": 0.3 | "none",
@@ -36,7 +37,7 @@ number is written as the string ``"nan"``, ``"inf"`` or ``"-inf"``)::
 after a manual update was seen; a step's ``state`` is the optimizer's state for that
 parameter then (tensors like the parameter's values or sample, numbers as they are).
 ``final`` holds the parameters as the watch ended (after the last update it saw).
-``loss``, ``zeros``, ``lr``, ``state``, ``final`` and ``device`` may be absent. ``sources``
+``loss``, ``grads``, ``zeros``, ``lr``, ``state``, ``final`` and ``device`` may be absent. ``sources``
 holds the lines of the user's files that ran, as read from the files (at most 5,000 lines
 of 500 characters per file, 50 files).
 """
@@ -228,6 +229,11 @@ def _check(data: dict[str, Any]) -> list[Finding]:
         _need(_is_int(ev.get("line")) and ev["line"] >= 0, f"{where} has no line")
         _need(_is_int(ev.get("step")) and ev["step"] >= 0, f"{where} has no step")
         _need("loss" not in ev or _is_num(ev["loss"]), f"{where}.loss should be a number")
+        grads = ev.get("grads", {})
+        _need(isinstance(grads, dict), f"{where}.grads should be an object")
+        for key, values in grads.items():
+            _need(key.isdigit() and int(key) < n, f"{where}.grads has an unknown parameter {quoted(key)}")
+            _check_values({"values": values}, f"{where}.grads[{key}]", ("values",))
         for key in ("filled", "params", "zeros"):
             ids = ev.get(key, [])
             _need(

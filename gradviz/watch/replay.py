@@ -7,10 +7,10 @@ read records rebuilt from the recording's numbers:
 
 - parameters after an op are those of the next record that saw them (a step's record is
   taken just before it, a manual update's just after it, ``final`` as the watch ended);
-- a ``.grad`` after an op is the one the next update read when nothing touched it in
-  between, the one the last update read when nothing touched it since, ``None`` or zeros
-  after a ``zero_grad``, and otherwise unknown: shown as NaN (the recording has no copy
-  of a ``.grad`` between two backwards, nor of one cleared before any update read it);
+- a ``.grad`` after an op is the one the last backward left (its ledger) or the last
+  update read, ``None`` or zeros after a ``zero_grad``; only in a recording without the
+  ledger, the one the next update read when nothing touched it in between, and otherwise
+  unknown: shown as NaN;
 - a step's optimizer state is the one the next step found (``final`` after the last).
 
 Large tensors were recorded by a sample of their elements: such a parameter stands in
@@ -399,8 +399,10 @@ class _ValueTimeline:
         for e, ev in enumerate(self.events):
             op = ev["op"]
             if op == "backward":
+                left = ev.get("grads", {})
                 for pid in ev.get("filled", []):
-                    self.touches[pid].append((e, "fill", None))
+                    g = left.get(str(pid))
+                    self.touches[pid].append((e, "fill", None if g is None else _array(g, sizes[pid])))
             elif op == "zero_grad":
                 zeros = set(ev.get("zeros", []))
                 for pid in ev.get("params", []):
@@ -429,8 +431,8 @@ class _ValueTimeline:
             before = [t for t in touches if t[0] <= tick]
             after = next((t for t in touches if t[0] > tick), None)
             last = before[-1] if before else None
-            if last is not None and last[1] == "update":
-                g: Any = last[2]
+            if last is not None and (last[1] == "update" or (last[1] == "fill" and last[2] is not None)):
+                g: Any = last[2]  # what the update read, or what the backward left
             elif after is not None and after[1] == "update":
                 g = after[2]  # nothing touched it between this op and the update that read it
             elif last is not None and last[1] == "clear":

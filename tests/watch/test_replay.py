@@ -226,3 +226,23 @@ def test_snapshot_and_export_draw_a_recording(tmp_path, printing):
         assert gif.n_frames == 12, "a frame after each of the 12 observed ops"
     proc = _gradviz(tmp_path, "export", str(path), "-o", "y.gif", "--lr", "0.1")
     assert proc.returncode == 2 and "a recording replays what its script did" in proc.stderr
+
+
+def test_every_grad_of_an_accumulation_loop_is_known_from_the_backwards_ledger(tmp_path):
+    path, _ = recorded(tmp_path, scripts.ACCUMULATION)
+    replay = load_replay(path)
+    tape = replay.tape.runs[replay.run]
+    backwards = 0
+    for i, op in enumerate(tape.ops):
+        rec = replay.tape.record(replay.run, i)
+        assert rec is not None
+        for g in rec.grads.values():
+            assert g is None or np.isfinite(g).all()
+        if op == "backward":
+            backwards += 1
+            stale, fresh = rec.stale_grads, rec.fresh_grads
+            assert stale is not None and fresh is not None
+            before = stale["model.weight"]
+            total = fresh["model.weight"] if before is None else before + fresh["model.weight"]
+            np.testing.assert_allclose(total, rec.grads["model.weight"], rtol=1e-5)
+    assert backwards == 16
