@@ -679,6 +679,7 @@ class MainWindow(QMainWindow):
             apply_theme(app, self.theme, self.points)
         for w in (self.menuBar(), self.toolbar, self.scenario_bar, self.statusBar()):
             w.setVisible(not on)
+        self.scenario_bar.setVisible(not on and self.controller.replay is None)
         self._show_chosen()
         for view in (*self.panels.values(), self.surface3d):
             if hasattr(view, "set_point_size"):

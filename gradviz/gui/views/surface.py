@@ -43,6 +43,11 @@ CONTOURS = 9
 CLIP_WIDTHS = 20.0
 # A plane's range grows at most this many first spans on each side when a path leaves it.
 GROW_CAP = 4.0
+# A plane with no loss known anywhere on it (a replayed recording has no model or data to evaluate).
+NO_LOSS = (
+    "No loss surface: no loss is known over this plane (a recording holds no model or data); "
+    "only the path is drawn."
+)
 PLANE_WORDS = {
     "axes": "two parameters, the others held where the first run was",
     "random": "random filter-normalised directions through the first run's point",
@@ -533,7 +538,7 @@ class SurfaceView(QWidget):
         if ps is None:
             return "Computing the surface…"
         if not np.isfinite(ps.Z).any():
-            return " ".join(t for t in (ps.note, self.residual_text) if t)
+            return " ".join(t for t in (ps.note or NO_LOSS, self.residual_text) if t)
         if self.mode == "curve":
             text = f"Curve: {ps.loss_name} over the whole dataset; the runs move along it."
         else:
