@@ -246,3 +246,11 @@ def test_every_grad_of_an_accumulation_loop_is_known_from_the_backwards_ledger(t
             total = fresh["model.weight"] if before is None else before + fresh["model.weight"]
             np.testing.assert_allclose(total, rec.grads["model.weight"], rtol=1e-5)
     assert backwards == 16
+
+
+def test_a_recording_saved_again_is_the_same_file(tmp_path, printing):
+    from gradviz.watch import load_recording
+
+    path, _ = printing
+    again = load_recording(path).save(tmp_path / "again.json")
+    assert json.loads(Path(again).read_text()) == json.loads(path.read_text())
