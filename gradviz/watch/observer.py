@@ -382,11 +382,10 @@ class Observer:
         import torch
 
         with torch.no_grad():
-            for pid in ev.filled:
-                p = self.order[pid]
-                g = p.tensor.grad if p.tensor is not None else None
-                if g is not None:
-                    ev.grads[pid] = _off(_pick(g.detach(), p.sample))
+            ps = [self.order[pid] for pid in ev.filled]
+            ps = [p for p in ps if p.tensor is not None and p.tensor.grad is not None]
+            copies = _copies([p.tensor.grad.detach() for p in ps], [p.sample for p in ps])
+            ev.grads = {p.id: c for p, c in zip(ps, copies, strict=True)}
 
     def _wrap_backward(self, *, tensor_method: bool) -> Callable[[Any], Any]:
         def make(original: Any) -> Any:
@@ -694,16 +693,19 @@ class Observer:
 
         with torch.no_grad():
             tensors = [p.tensor.detach() for p in ps]
-            norms = _off(torch.stack(torch._foreach_norm(tensors))) if tensors else None
             have = [i for i, p in enumerate(ps) if p.tensor.grad is not None]
-            gnorms = (
-                _off(torch.stack(torch._foreach_norm([ps[i].tensor.grad.detach() for i in have])))
-                if have
-                else None
-            )
-            values = [_off(self._values(p)) for p in ps]
-            gvalues = {i: _off(_pick(ps[i].tensor.grad.detach(), ps[i].sample)) for i in have}
-            lrs, states = _optimizer_side(optimizer, ps) if optimizer is not None else ({}, {})
+            gtensors = [ps[i].tensor.grad.detach() for i in have]
+            lrs, states, held = _optimizer_side(optimizer, ps) if optimizer is not None else ({}, {}, [])
+            # Values, .grad and optimizer state in one copy; whole tensors' norms come from it when saved.
+            samples = [p.sample for p in ps] + [ps[i].sample for i in have] + [h[3] for h in held]
+            copies = _copies(tensors + gtensors + [h[2] for h in held], samples)
+            values = copies[: len(ps)]
+            gvalues = dict(zip(have, copies[len(ps) : len(ps) + len(have)], strict=True))
+            for (i, key, _, _), c in zip(held, copies[len(ps) + len(have) :], strict=True):
+                states.setdefault(i, {})[key] = c
+            sampled = any(p.sample is not None for p in ps)
+            norms = _off(torch.stack(torch._foreach_norm(tensors))) if tensors and sampled else None
+            gnorms = _off(torch.stack(torch._foreach_norm(gtensors))) if gtensors and sampled else None
         self.records.append(
             {
                 "event": ev.index,
@@ -733,7 +735,10 @@ class Observer:
                 ps = [self.order[i] for i in o.params if self.order[i].tensor is not None]
                 if o.obj is None or not ps:
                     continue
-                _, states = _optimizer_side(o.obj, ps)
+                _, states, held = _optimizer_side(o.obj, ps)
+                copies = _copies([h[2] for h in held], [h[3] for h in held])
+                for (i, key, _, _), c in zip(held, copies, strict=True):
+                    states.setdefault(i, {})[key] = c
                 for i, state in states.items():
                     out[ps[i].id]["state"] = state
             return out
@@ -753,8 +758,11 @@ class Observer:
         """The records of each update as plain JSON values."""
         out = []
         for r in self.records:
-            norms = _floats(r["norms"]) if r["norms"] is not None else []
-            gn = dict(zip(r["have"], _floats(r["gnorms"]), strict=True)) if r["gnorms"] is not None else {}
+            norms = _floats(r["norms"]) if r["norms"] is not None else [_norm(v) for v in r["values"]]
+            if r["gnorms"] is not None:
+                gn = dict(zip(r["have"], _floats(r["gnorms"]), strict=True))
+            else:
+                gn = {i: _norm(g) for i, g in r["gvalues"].items()}
             params: dict[str, Any] = {}
             for i, pid in enumerate(r["ids"]):
                 entry: dict[str, Any] = {"norm": norms[i], "grad": gn.get(i, "none")}
@@ -850,8 +858,11 @@ def _loss_of(roots: Any) -> Any:
     return None
 
 
-def _optimizer_side(optimizer: Any, ps: list[Param]) -> tuple[dict[int, float], dict[int, dict[str, Any]]]:
-    """Each parameter's learning rate and optimizer state (values or samples, like the parameter's)."""
+def _optimizer_side(
+    optimizer: Any, ps: list[Param]
+) -> tuple[dict[int, float], dict[int, dict[str, Any]], list[tuple[int, str, Any, Any]]]:
+    """Each parameter's learning rate, its optimizer state's numbers, and its state tensors
+    (``(parameter, key, tensor, sample)``: to copy like the parameter's values or sample)."""
     import torch
 
     where = {id(p.tensor): i for i, p in enumerate(ps)}
@@ -863,27 +874,66 @@ def _optimizer_side(optimizer: Any, ps: list[Param]) -> tuple[dict[int, float], 
                 if id(t) in where:
                     lrs[where[id(t)]] = float(lr)
     states: dict[int, dict[str, Any]] = {}
+    tensors: list[tuple[int, str, Any, Any]] = []  # (parameter, key, tensor, sample): for the caller to copy
     for i, p in enumerate(ps):
         kept: dict[str, Any] = {}
         for key, v in optimizer.state.get(p.tensor, {}).items():
             if isinstance(v, torch.Tensor) and v.numel() == p.numel and v.is_floating_point():
-                kept[str(key)] = _off(_pick(v.detach(), p.sample))
+                tensors.append((i, str(key), v.detach(), p.sample))
             elif (isinstance(v, torch.Tensor) and v.numel() == 1) or (
                 isinstance(v, int | float) and not isinstance(v, bool)
             ):
                 kept[str(key)] = float(v)
         if kept:
             states[i] = kept
-    return lrs, states
+    return lrs, states, tensors
 
 
 def _state_json(state: dict[str, Any]) -> dict[str, Any]:
     return {k: _floats(v) if hasattr(v, "reshape") else v for k, v in state.items()}
 
 
+def _copies(tensors: list[Any], samples: list[Any]) -> list[Any]:
+    """Copies of ``tensors`` (whole, or at their sample's flat indices), off the GPU.
+
+    The whole ones are copied into one flat buffer by one ``cat`` (and leave the GPU in one
+    copy), then handed out as views of it: a clone per tensor costs several times as much
+    for a small model.
+    """
+    import torch
+
+    if not tensors:
+        return []
+    if all(s is None for s in samples) and len({t.dtype for t in tensors}) == 1:  # a small model's
+        flat = _off(torch.cat([t.reshape(-1) for t in tensors]))
+        return list(flat.split([t.numel() for t in tensors]))
+    out: list[Any] = [None] * len(tensors)
+    whole = [i for i, s in enumerate(samples) if s is None]
+    if len(whole) == 1:
+        out[whole[0]] = _off(tensors[whole[0]].reshape(-1).clone())
+    elif whole and len({tensors[i].dtype for i in whole}) == 1:
+        flat = _off(torch.cat([tensors[i].reshape(-1) for i in whole]))
+        for i, view in zip(whole, flat.split([tensors[i].numel() for i in whole]), strict=True):
+            out[i] = view
+    else:
+        for i in whole:
+            out[i] = _off(tensors[i].reshape(-1).clone())
+    for i, s in enumerate(samples):
+        if s is not None:
+            out[i] = _off(tensors[i].reshape(-1)[s])
+    return out
+
+
 def _pick(t: Any, sample: Any) -> Any:
     flat = t.reshape(-1)
     return flat[sample] if sample is not None else flat.clone()
+
+
+def _norm(t: Any) -> float:
+    """The norm of a whole tensor's copy, as a short decimal (as ``_floats`` writes values)."""
+    import torch
+
+    return _floats(torch.linalg.vector_norm(t.float()).reshape(1))[0]
 
 
 def _floats(t: Any) -> list[float]:

@@ -24,6 +24,10 @@ from gradviz.engine.errors import UserError, one_line, quoted
 from gradviz.watch.findings import Finding
 
 STRICT_STATUS = 3
+# The scripts' globals, alive until the process ends as those of `python SCRIPT.py` are: freed
+# as soon as the script returns instead, objects such as a DistributedDataParallel model can
+# abort the process on their way out.
+_FINISHED_SCRIPTS: list[dict[str, Any]] = []
 
 
 def check_script(path: str) -> str:
@@ -96,7 +100,7 @@ def run_script(
     try:
         with watch(steps, script=script, argv=argv) as rec:
             try:
-                runpy.run_path(script, run_name="__main__")
+                _FINISHED_SCRIPTS.append(runpy.run_path(script, run_name="__main__"))
             except SystemExit as exc:
                 status = _exit_status(exc, err)
             except BaseException as exc:
