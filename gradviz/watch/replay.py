@@ -159,13 +159,12 @@ def replay_of(rec: Recording, where: str = "") -> Replay:
             )
         before_grads, before_present = grads, present
         line = ev["line"] if ev["file"] == file else 0
-        phase = ""
-        rec_ = _make(
-            OpRecord, run, tick, tick, int(ev["step"]), 0, phase, op, line, (line, line),
+        op_record = _make(
+            OpRecord, run, tick, tick, int(ev["step"]), 0, "", op, line, (line, line),
             None if math.isnan(loss) else loss, not math.isfinite(loss) and not math.isnan(loss), None, snap,
             fresh, None if prior is None else Snapshot(weights, *prior),
         )  # fmt: skip
-        records.append(rec_)
+        records.append(op_record)
         finite_g = grads[np.isfinite(grads)]
         entries.append(
             Entry(
@@ -175,19 +174,19 @@ def replay_of(rec: Recording, where: str = "") -> Replay:
                 loss=loss,
                 grad_norm=float(np.linalg.norm(finite_g)) if finite_g.size == grads.size else math.nan,
                 param_norm=float(np.linalg.norm(flat)),
-                status="diverged" if rec_.diverged else "running",
-                record=rec_,
+                status="diverged" if op_record.diverged else "running",
+                record=op_record,
             )
         )
 
     optimizers = data.get("optimizers", [])
     kind = optimizers[0]["type"] if optimizers else "manual"
-    first_lr = next(iter(values.lr_after(ticks - 1, owner).values()), math.nan)
+    last_lr = next(iter(values.lr_after(ticks - 1, owner).values()), math.nan)
     spec = RunSpec(
         name=run,
         note="",
         loop=LoopSpec(),
-        optimizer=OptimizerSpec(kind=kind, lr=first_lr),
+        optimizer=OptimizerSpec(kind=kind, lr=last_lr),
     )
     title = f"{shown_path(file)}, as recorded" + (f" ({os.path.basename(where)})" if where else "")
     n_updates = int(data.get("observed_updates", 0))
