@@ -107,7 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
     o = sub.add_parser("open", help="open the app on a scenario (the default without a command)")
-    o.add_argument("scenario", nargs="?", default=DEFAULT_SCENARIO, help="built-in name or TOML file")
+    o.add_argument(
+        "scenario",
+        nargs="?",
+        default=DEFAULT_SCENARIO,
+        help="built-in name, TOML file, or a recording (.json)",
+    )
     o.add_argument(
         "--lesson", action="store_true", help="start the scenario's lesson: its stops, questions and answers"
     )
@@ -151,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=_real(LEARNING_RATES), help="learning rate for every optimizer, 0 to 1e6")
 
     s = sub.add_parser("snapshot", help="render the window offscreen after N ops and write a PNG")
-    s.add_argument("scenario", help="built-in name or TOML file")
+    s.add_argument("scenario", help="built-in name, TOML file, or a recording (.json)")
     s.add_argument("-o", "--output", required=True, help="PNG file to write")
     s.add_argument(
         "--ops",
@@ -190,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     e = sub.add_parser("export", help="export an animation: GIF, MP4/WebM video or PNG frames")
-    e.add_argument("scenario", help="built-in name or TOML file")
+    e.add_argument("scenario", help="built-in name, TOML file, or a recording (.json)")
     e.add_argument(
         "-o",
         "--output",
@@ -471,7 +476,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from gradviz.engine.errors import UserError
-    from gradviz.engine.scenario import load_scenario
+    from gradviz.engine.scenario import Scenario, load_scenario
     from gradviz.export import check_output
     from gradviz.export.outputs import check_fps
     from gradviz.export.progress import ProgressBar
@@ -498,12 +503,19 @@ def _export(args: argparse.Namespace) -> int:
         fit=not args.views,
     )
     frames = ExportRange(args.per_frame, args.first, args.last, args.ops, args.iterations, lesson=args.lesson)
-    scenario = load_scenario(args.scenario).with_overrides(lr=args.lr, device=args.device)
-    if args.lesson and (scenario.lesson is None or not scenario.lesson.stops):
-        raise UserError(
-            f"{quoted(scenario.name)} has no lesson stops to export; leave out --lesson "
-            "(`gradviz list` shows the scenarios that carry a lesson)."
-        )
+    recording = _export_source(args)
+    scenario: str | Scenario
+    if recording is not None:
+        if args.lesson:
+            raise UserError("A recording carries no lesson; leave out --lesson to export what it did.")
+        scenario = recording
+    else:
+        scenario = load_scenario(args.scenario).with_overrides(lr=args.lr, device=args.device)
+        if args.lesson and (scenario.lesson is None or not scenario.lesson.stops):
+            raise UserError(
+                f"{quoted(scenario.name)} has no lesson stops to export; leave out --lesson "
+                "(`gradviz list` shows the scenarios that carry a lesson)."
+            )
     notes: list[str] = []
     with ProgressBar(sys.stderr) as bar:
         out = export_animation(
@@ -513,6 +525,20 @@ def _export(args: argparse.Namespace) -> int:
         sys.stderr.write(f"gradviz: {sentence}\n")
     print(out[0])
     return 0
+
+
+def _export_source(args: argparse.Namespace) -> str | None:
+    """The recording an export replays, or None for a scenario; a recording takes no --lr or --device."""
+    from gradviz.engine.errors import UserError
+    from gradviz.watch.replay import is_recording
+
+    if not is_recording(args.scenario):
+        return None
+    if args.lr is not None or args.device is not None:
+        raise UserError(
+            "--lr and --device change a scenario's runs; a recording replays what its script did."
+        )
+    return str(args.scenario)
 
 
 def cmd_graph(args: argparse.Namespace) -> int:

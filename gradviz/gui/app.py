@@ -28,7 +28,7 @@ def tune_malloc() -> None:
 
 
 def launch(scenario_arg: str | None, lesson: bool = False) -> tuple[QApplication, MainWindow]:
-    """Create the application and show the window; the scenario loads once the event loop runs.
+    """Create the application and show the window; the scenario (or recording) loads once the event loop runs.
 
     ``None`` opens the scenario of the last session (the default one the first time);
     with ``lesson`` its lesson starts as soon as the lab is built.
@@ -56,11 +56,22 @@ def _refusal(source: str, thorough: bool) -> str | None:
     """
     from gradviz.engine.errors import UserError
     from gradviz.engine.scenario import builtin_names, load_scenario
+    from gradviz.watch.replay import is_recording
 
     try:
         exists = os.path.exists(source)
     except (OSError, ValueError):
         exists = False
+    if is_recording(source):
+        # The JSON is checked at once (no torch needed); the replay itself only where no one would see it.
+        from gradviz.watch.recording import load_recording
+        from gradviz.watch.replay import load_replay
+
+        try:
+            load_replay(source) if thorough else load_recording(source)
+        except UserError as exc:
+            return str(exc)
+        return None
     try:
         if not thorough:
             if source not in builtin_names() and not exists:

@@ -21,6 +21,7 @@ from gradviz.gui.worker import LabWorker, SurfaceWorker
 
 if TYPE_CHECKING:
     from gradviz.engine.scenario import Scenario
+    from gradviz.watch.replay import Replay
 
 SPEEDS = (1, 2, 4, 8, 15, 30, 0)  # ops per second; 0: as fast as the worker goes
 
@@ -91,6 +92,8 @@ class Controller(QObject):
 
         self.info: LabInfo | None = None
         self.tape: Tape | None = None
+        # A recording replayed: its tape is whole from the start, no lab behind it.
+        self.replay: Replay | None = None
         self.cursor = -1
         self.generation = 0
         self._lab_generation = 0
@@ -130,7 +133,14 @@ class Controller(QObject):
         """Build a new lab from a name, a path or a Scenario; optionally step it ``replay_iterations``.
 
         ``restore`` maps run names to the loop order used when zero_grad is switched back on.
+        A recording of ``gradviz watch`` (see :func:`gradviz.watch.replay.is_recording`) is replayed.
         """
+        from gradviz.watch.replay import is_recording
+
+        if is_recording(source):
+            assert isinstance(source, str)
+            self.open_recording(source)
+            return
         self.pause()
         self.cancel_plane()
         self.generation += 1
@@ -141,8 +151,33 @@ class Controller(QObject):
         self._replaying = until >= 0
         self._build.emit(source, self.generation, until, dict(restore or {}))
 
+    def open_recording(self, path: str) -> None:
+        """Replay the recording at ``path``: every op is on the tape at once; stepping moves the cursor.
+
+        A bad recording is one sentence through :attr:`failed`; whatever was open stays.
+        """
+        from gradviz.engine.errors import UserError
+        from gradviz.watch.replay import load_replay
+
+        self.pause()
+        self.cancel_plane()
+        try:
+            replay = load_replay(path)
+        except UserError as exc:
+            self.failed.emit(str(exc))
+            return
+        self.generation += 1
+        self._lab_generation = self.generation
+        self.replay = replay
+        self.info, self.tape, self.cursor = replay.info, replay.tape, -1
+        self._set_busy(False)
+        self.lab_changed.emit(replay.info)
+        self.changed.emit()
+
     def restart_with(self, scenario: Scenario, restore: dict[str, tuple[str, ...]] | None = None) -> None:
         """Rebuild with an edited scenario, from the same initial weights, back at this iteration."""
+        if self.replay is not None:
+            return  # a recording has no scenario to edit
         iterations = 0
         if self.info is not None and self.cursor >= 0:
             iterations = (
@@ -154,6 +189,7 @@ class Controller(QObject):
         if generation != self.generation:
             return
         self._lab_generation = generation
+        self.replay = None
         self.info = info
         self.tape = Tape(info)
         self.cursor = -1
@@ -259,6 +295,9 @@ class Controller(QObject):
         if self.info is None:
             return
         self.pause()
+        if self.replay is not None:
+            self._move(-1)
+            return
         self._set_busy(True)
         self._reset.emit(self.generation)
 
@@ -395,9 +434,33 @@ class Controller(QObject):
         """
         self.plane_generation += 1
         self.surface_worker.latest = self.plane_generation
+        if self.replay is not None:
+            self._replay_plane(request)
+            return self.plane_generation
         self._set_plane_pending(True)
         self._plan.emit(request, self.plane_generation, self.generation, fallback)
         return self.plane_generation
+
+    def _replay_plane(self, request: PlaneRequest) -> None:
+        """A recording's plane: its path's principal components, with no loss over it."""
+        from dataclasses import replace
+
+        import numpy as np
+
+        from gradviz.engine.errors import UserError
+        from gradviz.watch.replay import path_surface
+
+        assert self.replay is not None
+        try:
+            surface = path_surface(self.replay)
+        except UserError as exc:
+            self.plane_failed.emit(str(exc))
+            return
+        if request.plane is not None and request.extent is not None:  # the path left the range
+            (x0, x1), (y0, y1) = request.extent
+            xs, ys = np.linspace(x0, x1, 3), np.linspace(y0, y1, 3)
+            surface = replace(surface, plane=request.plane, xs=xs, ys=ys)
+        self.plane_ready.emit(surface)
 
     def cancel_plane(self) -> None:
         """Stop the surface in flight; whatever it still sends is dropped."""

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 from gradviz.export.atomic import write_bytes
 from gradviz.gui import edits
 from gradviz.gui.controller import SPEEDS, Controller
+from gradviz.gui.findings_list import FindingsList
 from gradviz.gui.layout import (
     DEFAULT_VIEWS,
     PRESENTATION_VIEWS,
@@ -128,6 +129,10 @@ class MainWindow(QMainWindow):
         box.setSpacing(4)
         box.addWidget(self.scenario_bar)
         box.addWidget(self.narration)
+        # A replayed recording's findings, each linked to its op (hidden for a scenario).
+        self.findings = FindingsList()
+        self.findings.chosen.connect(self.controller.seek)
+        box.addWidget(self.findings)
         # A lesson's stop and questions stand beside the views, which keep their own layout.
         self.lesson_panel = LessonPanel()
         self.lesson_panel.hide()
@@ -203,7 +208,10 @@ class MainWindow(QMainWindow):
         self.act_dark.setShortcut(QKeySequence("Ctrl+T"))
         self.act_dark.toggled.connect(lambda on: self.set_theme("dark" if on else "light"))
         self.addAction(self.act_dark)
-        self.act_open = self._action("Open scenario…", ("Ctrl+O",), self.open_file_dialog)
+        self.act_open = self._action("Open scenario or recording…", ("Ctrl+O",), self.open_file_dialog)
+        self.act_finding = self._action(
+            "Next finding", ("F8",), self.next_finding, "To the op of the recording's next finding"
+        )
         self.act_save = self._action("Save scenario as…", ("Ctrl+S",), self.save_file_dialog)
         self.act_picture = self._action("Save picture of the window…", ("Ctrl+P",), self.save_picture_dialog)
         self.act_export = self._action("Export animation…", ("Ctrl+E",), self.export_dialog)
@@ -335,10 +343,27 @@ class MainWindow(QMainWindow):
         if self.presenting:
             QTimer.singleShot(0, self.fit_presentation)
         self.setWindowTitle(f"gradviz: {info.scenario.title}")
+        replay = self.controller.replay
+        self._show_replay(replay)
         if self.interactive:
             key = str(info.scenario.path) if info.scenario.path else info.scenario.name
-            settings().setValue("last_scenario", key)
+            settings().setValue("last_scenario", replay.source if replay is not None else key)
         self.schedule_redraw()
+
+    def _show_replay(self, replay: Any) -> None:
+        """A recording has findings to list and no scenario to edit, save or export from here."""
+        self.findings.set_findings(replay.findings if replay is not None else ())
+        self.scenario_bar.setVisible(replay is None and not self.presenting)
+        for act in (self.act_save, self.act_export, self.act_lesson):
+            act.setEnabled(replay is None)
+        self.act_finding.setEnabled(replay is not None and bool(replay.findings))
+
+    def next_finding(self) -> None:
+        """Go to the op of the first finding after the cursor (the first one again after the last)."""
+        replay = self.controller.replay
+        ticks = sorted({f.tick for f in replay.findings if f.tick >= 0}) if replay is not None else []
+        if ticks:
+            self.controller.seek(next((t for t in ticks if t > self.controller.cursor), ticks[0]))
 
     def _on_plane(self, surface: Any) -> None:
         self.surface.set_plane_surface(surface)
@@ -397,7 +422,11 @@ class MainWindow(QMainWindow):
 
     def open_file_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
-            self, "Open scenario", "", "Scenario files (*.toml);;All files (*)"
+            self,
+            "Open scenario or recording",
+            "",
+            "Scenarios and recordings (*.toml *.json);;Scenario files (*.toml);;"
+            "Recordings of gradviz watch (*.json);;All files (*)",
         )
         if path:
             self.open_scenario(path)
@@ -557,6 +586,8 @@ class MainWindow(QMainWindow):
                 view.draw(moment)  # type: ignore[attr-defined]
         if self.surface3d.isVisible():
             self.surface3d.draw(moment)
+        if self.findings.isVisible():
+            self.findings.mark(moment.tick)
         text = narrate(moment, self.code.run_name)
         if text != self.narration.text():
             self.narration.setText(text)
@@ -571,10 +602,14 @@ class MainWindow(QMainWindow):
             self.status.setText("Loading…")
             return
         parts = [position_text(moment.tick, info.ticks_per_iteration, info.scenario.iterations)]
+        if c.replay is not None:
+            parts = [c.replay.position(moment.tick)]
         if c.tape is not None and moment.tick < c.tape.last_tick:
             parts.append(f"history: {c.tape.last_tick + 1} ops (→ replays them)")
         elif c.finished:
-            parts.append("the scenario's last op: R starts again")
+            parts.append(
+                f"the {'recording' if c.replay is not None else 'scenario'}'s last op: R starts again"
+            )
         runs = []
         for i, run in enumerate(info.runs):
             status = moment.status(run.name)
@@ -644,6 +679,7 @@ class MainWindow(QMainWindow):
             apply_theme(app, self.theme, self.points)
         for w in (self.menuBar(), self.toolbar, self.scenario_bar, self.statusBar()):
             w.setVisible(not on)
+        self.scenario_bar.setVisible(not on and self.controller.replay is None)
         self._show_chosen()
         for view in (*self.panels.values(), self.surface3d):
             if hasattr(view, "set_point_size"):

@@ -26,7 +26,17 @@ from typing import Any
 from gradviz.watch.findings import Finding
 from gradviz.watch.recording import FORMAT, VERSION, Recording, load_recording
 
-__all__ = ["FORMAT", "VERSION", "Finding", "Recording", "Watch", "load_recording", "watch"]
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "Finding",
+    "Recording",
+    "Watch",
+    "distributed_rank",
+    "load_recording",
+    "watch",
+    "watched_rank",
+]
 
 
 class Watch(Recording):
@@ -35,6 +45,25 @@ class Watch(Recording):
     def __init__(self) -> None:
         super().__init__()
         self.observer: Any = None
+        self.watched = True
+
+
+def distributed_rank() -> tuple[int, int] | None:
+    """``(rank, world size)`` of a process that ``torchrun`` started (from its environment), else None."""
+    import os
+
+    try:
+        rank = int(os.environ["RANK"])
+        world = int(os.environ.get("WORLD_SIZE", "0"))
+    except (KeyError, ValueError):
+        return None
+    return rank, world
+
+
+def watched_rank() -> bool:
+    """Whether this process is observed: always, except as a rank other than 0 under ``torchrun``."""
+    where = distributed_rank()
+    return where is None or where[0] == 0
 
 
 @contextmanager
@@ -43,6 +72,9 @@ def watch(steps: int = 50, *, script: str | None = None, argv: list[str] | None 
 
     After the block (or earlier, once ``steps`` updates are seen) every hook is removed and
     every wrapper restored; ``rec.findings`` and ``rec.save(path)`` are then ready.
+
+    In a process that ``torchrun`` started as any rank but 0 (its ``RANK`` environment
+    variable), nothing is installed: the block runs untouched and ``rec.watched`` is False.
     """
     from gradviz.watch.observer import Observer
     from gradviz.watch.recording import recording_from
@@ -52,6 +84,10 @@ def watch(steps: int = 50, *, script: str | None = None, argv: list[str] | None 
 
         raise UserError(f"steps should be a whole number of at least 1, found {quoted(steps)}.")
     rec = Watch()
+    if not watched_rank():
+        rec.watched = False
+        yield rec
+        return
     observer = Observer(steps)
     rec.observer = observer
     observer.install()

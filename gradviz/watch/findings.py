@@ -16,6 +16,7 @@ class Finding:
     line: int
     severity: str  # "error", "warning" or "info"
     message: str
+    event: int | None = None  # the observed op it is about (an index into the recording's events)
 
     def __str__(self) -> str:
         return f"{shown_path(self.file)}:{self.line}: {self.severity}: {self.message}"

@@ -64,6 +64,9 @@ class Event:
     who: str = ""  # the optimizer ("SGD #0") or the module's class
     filled: list[int] = field(default_factory=list)  # parameter ids a backward filled
     params: list[int] = field(default_factory=list)  # parameters a zero_grad or update concerned
+    zeros: list[int] = field(default_factory=list)  # parameters a zero_grad left holding zeros, not None
+    loss: Any = None  # a backward's loss (a one-element tensor), copied off the device
+    grads: dict[int, Any] = field(default_factory=dict)  # the .grad a backward left, by parameter id
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"op": self.op, "file": self.file, "line": self.line, "step": self.step}
@@ -71,8 +74,14 @@ class Event:
             out["who"] = self.who
         if self.op == "backward":
             out["filled"] = self.filled
+            if self.loss is not None:
+                out["loss"] = _floats(self.loss)[0]
+            if self.grads:
+                out["grads"] = {str(pid): _floats(g) for pid, g in self.grads.items()}
         elif self.params:
             out["params"] = self.params
+        if self.zeros:
+            out["zeros"] = self.zeros
         return out
 
 
@@ -86,6 +95,7 @@ class Param:
     shape: list[int]
     numel: int
     sample: Any = None  # flat indices recorded, or None: every value
+    device: str = "cpu"
     optimizer: int | None = None
     fills: list[int] = field(default_factory=list)  # backward events since the last clearing
     used_by: int | None = None  # the update event that used what .grad holds, since the last clearing
@@ -121,6 +131,7 @@ class Observer:
         self.order: list[Param] = []
         self.optims: dict[int, Optim] = {}  # by id(optimizer)
         self.records: list[dict[str, Any]] = []
+        self.final: dict[int, Any] = {}  # values (or samples) when the watch ended, by parameter id
         self.findings: list[Finding] = []
         self._seen: set[tuple[str, int, str]] = set()
         self.installed = False
@@ -184,6 +195,11 @@ class Observer:
             self._finish()
         except Exception as exc:
             self._broken(exc)
+        try:
+            self.final = self._final_values()
+            _wait_for_copies(self.order)  # every queued copy off the GPU lands here, once
+        except Exception as exc:
+            self._broken(exc)
         for p in self.order:  # let the script's tensors go
             p.tensor = None
             p.value_mark = None
@@ -217,11 +233,12 @@ class Observer:
         self.events.append(ev)
         return ev
 
-    def _report(self, file: str, line: int, severity: str, message: str, key: str) -> None:
-        if (file, line, key) in self._seen:
+    def _report(self, at: Event, severity: str, message: str, key: str) -> None:
+        """A finding at the user's line of the op ``at`` (once per line and kind)."""
+        if (at.file, at.line, key) in self._seen:
             return
-        self._seen.add((file, line, key))
-        self.findings.append(Finding(file, line, severity, message))
+        self._seen.add((at.file, at.line, key))
+        self.findings.append(Finding(at.file, at.line, severity, message, at.index))
 
     # -------------------------------------------------------------- track
 
@@ -237,7 +254,7 @@ class Observer:
         for t in new:
             pid = len(self.order)
             numel = t.numel()
-            p = Param(pid, t, names.get(id(t), f"param{pid}"), list(t.shape), numel)
+            p = Param(pid, t, names.get(id(t), f"param{pid}"), list(t.shape), numel, device=str(t.device))
             if numel > FULL_VALUES or self._whole + numel > WHOLE_VALUES:
                 import torch
 
@@ -279,6 +296,7 @@ class Observer:
 
     def _sync(self, ps: Iterable[Param], clearing: Event | None) -> None:
         """Bring each parameter's state up to date with its ``.grad`` as it is now."""
+        changed = []
         for p in ps:
             g = p.tensor.grad
             if g is None:
@@ -288,7 +306,14 @@ class Observer:
             mark = (id(g), g._version)
             if mark != p.grad_mark:
                 p.grad_mark = mark
-                if not bool(g.any()):
+                changed.append((p, g))
+        if changed:
+            import torch
+
+            # One read for all of them: on a GPU each bool() alone would wait for the device.
+            nonzero = torch.stack([g.detach().any() for _, g in changed]).tolist()
+            for (p, _), any_set in zip(changed, nonzero, strict=True):
+                if not any_set:
                     self._cleared(p, clearing, zeros=True)
 
     def _cleared(self, p: Param, clearing: Event | None, *, zeros: bool) -> None:
@@ -336,6 +361,7 @@ class Observer:
         self._check_manual(file, line)
         ev = self._event("backward", file, line)
         if ev is not None:
+            ev.loss = _loss_of(roots)
             # The graph is walked for new leaves at each backward until three in a row found none,
             # then at every tenth: a loop's leaves are the same from one iteration to the next.
             self._backwards += 1
@@ -351,6 +377,16 @@ class Observer:
             self._sync(self.order, None)
         return ev
 
+    def _after_backward(self, ev: Event) -> None:
+        """The ledger of one backward: each ``.grad`` it filled, as it left it (values or sample)."""
+        import torch
+
+        with torch.no_grad():
+            ps = [self.order[pid] for pid in ev.filled]
+            ps = [p for p in ps if p.tensor is not None and p.tensor.grad is not None]
+            copies = _copies([p.tensor.grad.detach() for p in ps], [p.sample for p in ps])
+            ev.grads = {p.id: c for p, c in zip(ps, copies, strict=True)}
+
     def _wrap_backward(self, *, tensor_method: bool) -> Callable[[Any], Any]:
         def make(original: Any) -> Any:
             def backward(*args: Any, **kwargs: Any) -> Any:
@@ -364,11 +400,17 @@ class Observer:
                 self._current = ev
                 self._busy += 1
                 try:
-                    return original(*args, **kwargs)
+                    out = original(*args, **kwargs)
                 finally:
                     self._busy -= 1
                     self._current = None
-                    self._maybe_close()
+                if ev is not None:
+                    try:
+                        self._after_backward(ev)
+                    except Exception as exc:
+                        self._broken(exc)
+                self._maybe_close()
+                return out
 
             backward.__wrapped__ = original  # type: ignore[attr-defined]
             backward.__doc__ = original.__doc__
@@ -422,6 +464,8 @@ class Observer:
             g = p.tensor.grad
             if g is None or (id(g), g._version) != p.grad_mark:
                 self._cleared(p, ev, zeros=g is not None)
+            if g is not None:
+                ev.zeros.append(p.id)
         if not optimizer:
             self._module_clears.append((ev.index, {p.id for p in ps}, ev.who))
 
@@ -469,7 +513,7 @@ class Observer:
         self._before_update(ps, ev, o)
         # A parameter cleared to zeros that the step may still move (momentum, weight decay).
         self._pending = {p.id: (self._values(p), True) for p in ps if p.zeros and p.tensor.grad is not None}
-        self._record(ps, ev, grads=True)
+        self._record(ps, ev, grads=True, optimizer=obj)
 
     def _step_post_body(self, obj: Any) -> None:
         o = self.optims.get(id(obj))
@@ -492,8 +536,7 @@ class Observer:
             names = ", ".join(moved[:4]) + (f" and {len(moved) - 4} more" if len(moved) > 4 else "")
             one = len(moved) == 1
             self._report(
-                ev.file,
-                ev.line,
+                ev,
                 "info",
                 f"step() moved {names} although {'its' if one else 'their'} .grad "
                 f"{'was' if one else 'were'} zeros, not None: momentum or weight decay still acts on "
@@ -538,8 +581,7 @@ class Observer:
                 b, c = self.events[p.lost[0]], self.events[p.lost[1]]
                 seen = "zeros" if p.zeros else "None"
                 self._report(
-                    c.file,
-                    c.line,
+                    c,
                     "warning",
                     f"{c.op}() cleared the .grad that backward() at line {b.line} had filled, before "
                     f"{what} at line {ev.line} used it; {what} sees {seen}: nothing is learned",
@@ -558,8 +600,7 @@ class Observer:
             b = self.events[b_index]
             shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
             self._report(
-                b.file,
-                b.line,
+                b,
                 "warning",
                 f"backward() filled the .grad of parameters of another optimizer ({shown}), which "
                 f"steps on them at line {ev.line} without clearing them first: this loss, meant for "
@@ -591,8 +632,7 @@ class Observer:
             o = next(op for op in self.optims.values() if op.id == p.optimizer)
             at = o.first_step.line if o.first_step is not None else self.events[p.carried[1]].line
             self._report(
-                z.file,
-                z.line,
+                z,
                 "warning",
                 f"{cls}.zero_grad() clears only its module's parameters; {p.name} is held by the "
                 f"optimizer stepped at line {at} but lies outside the module, so its .grad carries "
@@ -608,8 +648,7 @@ class Observer:
                 group = sorted(group, key=lambda p: _update_line(u.file, 0, [p])[1])  # as the code has them
                 fix = " and ".join(f"{_short(p.name)}.grad.zero_()" for p in group[:3])
             self._report(
-                b.file,
-                b.line,
+                b,
                 "warning",
                 f"backward() added to .grad that still held the gradient used by {used}; "
                 f"nothing cleared it in between (missing {fix}?)",
@@ -647,19 +686,26 @@ class Observer:
                 return ev
         return None
 
-    def _record(self, ps: list[Param], ev: Event, *, grads: bool) -> None:
-        """Norms and values (or samples) of ``ps`` and their ``.grad``, kept as tensors until saved."""
+    def _record(self, ps: list[Param], ev: Event, *, grads: bool, optimizer: Any = None) -> None:
+        """Norms and values (or samples) of ``ps``, their ``.grad`` and the optimizer's state and lr,
+        kept as tensors until saved; copies of tensors on a GPU are queued, never waited for."""
         import torch
 
         with torch.no_grad():
             tensors = [p.tensor.detach() for p in ps]
-            norms = torch.stack(torch._foreach_norm(tensors)) if tensors else None
             have = [i for i, p in enumerate(ps) if p.tensor.grad is not None]
-            gnorms = (
-                torch.stack(torch._foreach_norm([ps[i].tensor.grad.detach() for i in have])) if have else None
-            )
-            values = [self._values(p) for p in ps]
-            gvalues = {i: _pick(ps[i].tensor.grad.detach(), ps[i].sample) for i in have}
+            gtensors = [ps[i].tensor.grad.detach() for i in have]
+            lrs, states, held = _optimizer_side(optimizer, ps) if optimizer is not None else ({}, {}, [])
+            # Values, .grad and optimizer state in one copy; whole tensors' norms come from it when saved.
+            samples = [p.sample for p in ps] + [ps[i].sample for i in have] + [h[3] for h in held]
+            copies = _copies(tensors + gtensors + [h[2] for h in held], samples)
+            values = copies[: len(ps)]
+            gvalues = dict(zip(have, copies[len(ps) : len(ps) + len(have)], strict=True))
+            for (i, key, _, _), c in zip(held, copies[len(ps) + len(have) :], strict=True):
+                states.setdefault(i, {})[key] = c
+            sampled = any(p.sample is not None for p in ps)
+            norms = _off(torch.stack(torch._foreach_norm(tensors))) if tensors and sampled else None
+            gnorms = _off(torch.stack(torch._foreach_norm(gtensors))) if gtensors and sampled else None
         self.records.append(
             {
                 "event": ev.index,
@@ -672,15 +718,51 @@ class Observer:
                 "gnorms": gnorms,
                 "values": values,
                 "gvalues": gvalues,
+                "lr": lrs,
+                "state": states,
             }
         )
+
+    def _final_values(self) -> dict[int, Any]:
+        """The values of every parameter still alive as the watch ends: what the last update left."""
+        import torch
+
+        with torch.no_grad():
+            out: dict[int, Any] = {
+                p.id: {"values": _off(self._values(p))} for p in self.order if p.tensor is not None
+            }
+            for o in self.optims.values():
+                ps = [self.order[i] for i in o.params if self.order[i].tensor is not None]
+                if o.obj is None or not ps:
+                    continue
+                _, states, held = _optimizer_side(o.obj, ps)
+                copies = _copies([h[2] for h in held], [h[3] for h in held])
+                for (i, key, _, _), c in zip(held, copies, strict=True):
+                    states.setdefault(i, {})[key] = c
+                for i, state in states.items():
+                    out[ps[i].id]["state"] = state
+            return out
+
+    def final_record(self) -> dict[str, Any]:
+        """:attr:`final` as plain JSON values."""
+        out = {}
+        for pid, kept in self.final.items():
+            key = "values" if self.order[pid].sample is None else "sample"
+            entry: dict[str, Any] = {key: _floats(kept["values"])}
+            if "state" in kept:
+                entry["state"] = _state_json(kept["state"])
+            out[str(pid)] = entry
+        return out
 
     def update_records(self) -> list[dict[str, Any]]:
         """The records of each update as plain JSON values."""
         out = []
         for r in self.records:
-            norms = _floats(r["norms"]) if r["norms"] is not None else []
-            gn = dict(zip(r["have"], _floats(r["gnorms"]), strict=True)) if r["gnorms"] is not None else {}
+            norms = _floats(r["norms"]) if r["norms"] is not None else [_norm(v) for v in r["values"]]
+            if r["gnorms"] is not None:
+                gn = dict(zip(r["have"], _floats(r["gnorms"]), strict=True))
+            else:
+                gn = {i: _norm(g) for i, g in r["gvalues"].items()}
             params: dict[str, Any] = {}
             for i, pid in enumerate(r["ids"]):
                 entry: dict[str, Any] = {"norm": norms[i], "grad": gn.get(i, "none")}
@@ -688,6 +770,10 @@ class Observer:
                 entry[key] = _floats(r["values"][i])
                 if i in r["gvalues"]:
                     entry["grad_" + key] = _floats(r["gvalues"][i])
+                if i in r["lr"]:
+                    entry["lr"] = r["lr"][i]
+                if r["state"].get(i):
+                    entry["state"] = _state_json(r["state"][i])
                 params[str(pid)] = entry
             out.append({"event": r["event"], "step": r["step"], "op": r["op"], "params": params})
         return out
@@ -709,8 +795,7 @@ class Observer:
                 )
                 n = len(never)
                 self._report(
-                    o.first_step.file,
-                    o.first_step.line,
+                    o.first_step,
                     "info",
                     f"the optimizer stepped here holds {n} parameter{'s' if n != 1 else ''} that never "
                     f"received a gradient in the observed steps ({names})",
@@ -723,8 +808,7 @@ class Observer:
                 at = ", ".join(map(str, lines[:4]))
                 divide = f"by {ks[0]}" if len(ks) == 1 else "by their number"
                 self._report(
-                    o.first_step.file,
-                    o.first_step.line,
+                    o.first_step,
                     "info",
                     f"{k} backward() calls (line{'s' if len(lines) > 1 else ''} {at}) add into .grad "
                     f"before each step() here; if the loss is meant as an average over them, divide each "
@@ -743,9 +827,113 @@ class Observer:
 # ------------------------------------------------------------------ helpers
 
 
+def _off(t: Any) -> Any:
+    """A CPU copy of a GPU tensor, queued on its stream (pinned memory, not waited for); others as they are.
+
+    The copy runs in stream order, before anything the script does to the tensor later; the
+    values are read once the watch ends (:func:`_wait_for_copies`).
+    """
+    if t.device.type != "cuda":
+        return t
+    import torch
+
+    out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    out.copy_(t, non_blocking=True)
+    return out
+
+
+def _wait_for_copies(order: list[Param]) -> None:
+    if any(p.device.startswith("cuda") for p in order):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _loss_of(roots: Any) -> Any:
+    """A copy of the loss a backward starts from, when it is one number; else None."""
+    import torch
+
+    if isinstance(roots, torch.Tensor) and roots.numel() == 1 and roots.is_floating_point():
+        return _off(roots.detach().reshape(()).float().clone())
+    return None
+
+
+def _optimizer_side(
+    optimizer: Any, ps: list[Param]
+) -> tuple[dict[int, float], dict[int, dict[str, Any]], list[tuple[int, str, Any, Any]]]:
+    """Each parameter's learning rate, its optimizer state's numbers, and its state tensors
+    (``(parameter, key, tensor, sample)``: to copy like the parameter's values or sample)."""
+    import torch
+
+    where = {id(p.tensor): i for i, p in enumerate(ps)}
+    lrs: dict[int, float] = {}
+    for group in optimizer.param_groups:
+        lr = group.get("lr")
+        if isinstance(lr, int | float | torch.Tensor):
+            for t in group["params"]:
+                if id(t) in where:
+                    lrs[where[id(t)]] = float(lr)
+    states: dict[int, dict[str, Any]] = {}
+    tensors: list[tuple[int, str, Any, Any]] = []  # (parameter, key, tensor, sample): for the caller to copy
+    for i, p in enumerate(ps):
+        kept: dict[str, Any] = {}
+        for key, v in optimizer.state.get(p.tensor, {}).items():
+            if isinstance(v, torch.Tensor) and v.numel() == p.numel and v.is_floating_point():
+                tensors.append((i, str(key), v.detach(), p.sample))
+            elif (isinstance(v, torch.Tensor) and v.numel() == 1) or (
+                isinstance(v, int | float) and not isinstance(v, bool)
+            ):
+                kept[str(key)] = float(v)
+        if kept:
+            states[i] = kept
+    return lrs, states, tensors
+
+
+def _state_json(state: dict[str, Any]) -> dict[str, Any]:
+    return {k: _floats(v) if hasattr(v, "reshape") else v for k, v in state.items()}
+
+
+def _copies(tensors: list[Any], samples: list[Any]) -> list[Any]:
+    """Copies of ``tensors`` (whole, or at their sample's flat indices), off the GPU.
+
+    The whole ones are copied into one flat buffer by one ``cat`` (and leave the GPU in one
+    copy), then handed out as views of it: a clone per tensor costs several times as much
+    for a small model.
+    """
+    import torch
+
+    if not tensors:
+        return []
+    if all(s is None for s in samples) and len({t.dtype for t in tensors}) == 1:  # a small model's
+        flat = _off(torch.cat([t.reshape(-1) for t in tensors]))
+        return list(flat.split([t.numel() for t in tensors]))
+    out: list[Any] = [None] * len(tensors)
+    whole = [i for i, s in enumerate(samples) if s is None]
+    if len(whole) == 1:
+        out[whole[0]] = _off(tensors[whole[0]].reshape(-1).clone())
+    elif whole and len({tensors[i].dtype for i in whole}) == 1:
+        flat = _off(torch.cat([tensors[i].reshape(-1) for i in whole]))
+        for i, view in zip(whole, flat.split([tensors[i].numel() for i in whole]), strict=True):
+            out[i] = view
+    else:
+        for i in whole:
+            out[i] = _off(tensors[i].reshape(-1).clone())
+    for i, s in enumerate(samples):
+        if s is not None:
+            out[i] = _off(tensors[i].reshape(-1)[s])
+    return out
+
+
 def _pick(t: Any, sample: Any) -> Any:
     flat = t.reshape(-1)
     return flat[sample] if sample is not None else flat.clone()
+
+
+def _norm(t: Any) -> float:
+    """The norm of a whole tensor's copy, as a short decimal (as ``_floats`` writes values)."""
+    import torch
+
+    return _floats(torch.linalg.vector_norm(t.float()).reshape(1))[0]
 
 
 def _floats(t: Any) -> list[float]:

@@ -13,22 +13,33 @@ number is written as the string ``"nan"``, ``"inf"`` or ``"-inf"``)::
       "sampling": {"full_up_to": 4096, "sample_size": 32,
                    "how": "..."},   # larger tensors: values at sample_index only
       "params": [{"id": 0, "name": "model.weight", "shape": [1, 2], "numel": 2,
-                  "optimizer": 0 | null, "sample_index": [..] | null}],
+                  "optimizer": 0 | null, "sample_index": [..] | null, "device": "cpu"}],
       "optimizers": [{"id": 0, "name": "SGD #0", "type": "SGD", "params": [0, 1], "steps": 12}],
       "events": [{"op": "backward" | "zero_grad" | "step" | "update",
                   "file": "train.py", "line": 42, "step": 0,
-                  "who": "SGD #0", "filled": [0, 1], "params": [0, 1]}],
+                  "who": "SGD #0", "filled": [0, 1], "params": [0, 1],
+                  "loss": 0.42,             # a backward's loss, when it is one number
+                  "grads": {"0": [..]},     # the .grad it left (values, or the sample)
+                  "zeros": [0]}],           # a zero_grad's parameters left holding zeros, not None
       "updates": [{"event": 3, "step": 0, "op": "step",
                    "params": {"0": {"norm": 1.2, "grad": 0.3 | "none",
                                     "values": [..], "grad_values": [..],     # small tensors
-                                    "sample": [..], "grad_sample": [..]}}}], # large ones
-      "findings": [{"file": "train.py", "line": 42, "severity": "warning", "message": "..."}],
+                                    "sample": [..], "grad_sample": [..],     # large ones
+                                    "lr": 0.1,                               # a step's
+                                    "state": {"momentum_buffer": [..], "step": 3.0}}}}],
+      "final": {"0": {"values": [..]} | {"sample": [..]}},  # when the watch ended
+      "findings": [{"file": "train.py", "line": 42, "severity": "warning", "message": "...",
+                    "event": 7}],   # the op it is about, when there is one
       "sources": {"train.py": ["import torch", ...]}
     }
 
 ``updates`` are taken just before each update (optimizer step) uses ``.grad``, or just
-after a manual update was seen. ``sources`` holds the lines of the user's files that ran,
-as read from the files (at most 5,000 lines of 500 characters per file, 50 files).
+after a manual update was seen; a step's ``state`` is the optimizer's state for that
+parameter then (tensors like the parameter's values or sample, numbers as they are).
+``final`` holds the parameters as the watch ended (after the last update it saw).
+``loss``, ``grads``, ``zeros``, ``lr``, ``state``, ``final`` and ``device`` may be absent. ``sources``
+holds the lines of the user's files that ran, as read from the files (at most 5,000 lines
+of 500 characters per file, 50 files).
 """
 
 from __future__ import annotations
@@ -76,6 +87,7 @@ class Recording:
         out = dict(self.data)
         out["findings"] = [
             {"file": f.file, "line": f.line, "severity": f.severity, "message": f.message}
+            | ({} if f.event is None else {"event": f.event})
             for f in self.findings
         ]
         return strict_json(out)
@@ -176,6 +188,15 @@ def _list(data: dict[str, Any], key: str) -> list[Any]:
     return value  # type: ignore[return-value]
 
 
+def _check_values(entry: dict[str, Any], where: str, keys: tuple[str, ...]) -> None:
+    for k in keys:
+        if k in entry:
+            _need(
+                isinstance(entry[k], list) and all(_is_num(x) for x in entry[k]),
+                f"{where}.{k} should be a list of numbers",
+            )
+
+
 def _check(data: dict[str, Any]) -> list[Finding]:
     params = _list(data, "params")
     for i, p in enumerate(params):
@@ -207,7 +228,13 @@ def _check(data: dict[str, Any]) -> list[Finding]:
         _need(isinstance(ev.get("file"), str), f"{where} has no file")
         _need(_is_int(ev.get("line")) and ev["line"] >= 0, f"{where} has no line")
         _need(_is_int(ev.get("step")) and ev["step"] >= 0, f"{where} has no step")
-        for key in ("filled", "params"):
+        _need("loss" not in ev or _is_num(ev["loss"]), f"{where}.loss should be a number")
+        grads = ev.get("grads", {})
+        _need(isinstance(grads, dict), f"{where}.grads should be an object")
+        for key, values in grads.items():
+            _need(key.isdigit() and int(key) < n, f"{where}.grads has an unknown parameter {quoted(key)}")
+            _check_values({"values": values}, f"{where}.grads[{key}]", ("values",))
+        for key in ("filled", "params", "zeros"):
             ids = ev.get(key, [])
             _need(
                 isinstance(ids, list) and all(_is_int(x) and 0 <= x < n for x in ids),
@@ -228,12 +255,21 @@ def _check(data: dict[str, Any]) -> list[Finding]:
                 _is_num(entry.get("grad")) or entry.get("grad") == "none",
                 f"{where}.params[{key}] has no grad norm",
             )
-            for k in ("values", "grad_values", "sample", "grad_sample"):
-                if k in entry:
-                    _need(
-                        isinstance(entry[k], list) and all(_is_num(x) for x in entry[k]),
-                        f"{where}.params[{key}].{k} should be a list of numbers",
-                    )
+            _check_values(entry, f"{where}.params[{key}]", ("values", "grad_values", "sample", "grad_sample"))
+            _need("lr" not in entry or _is_num(entry["lr"]), f"{where}.params[{key}].lr should be a number")
+            state = entry.get("state", {})
+            _need(isinstance(state, dict), f"{where}.params[{key}].state should be an object")
+            for k, v in state.items():
+                _need(
+                    _is_num(v) or (isinstance(v, list) and all(_is_num(x) for x in v)),
+                    f"{where}.params[{key}].state[{quoted(k)}] should be a number or a list of numbers",
+                )
+    final = data.get("final", {})
+    _need(isinstance(final, dict), '"final" should be an object')
+    for key, entry in final.items():
+        _need(key.isdigit() and int(key) < n, f'"final" has an unknown parameter {quoted(key)}')
+        _need(isinstance(entry, dict), f"final[{key}] should be an object")
+        _check_values(entry, f"final[{key}]", ("values", "sample"))
     findings: list[Finding] = []
     for i, f in enumerate(_list(data, "findings")):
         where = f"findings[{i}]"
@@ -241,7 +277,9 @@ def _check(data: dict[str, Any]) -> list[Finding]:
         _need(isinstance(f.get("file"), str) and _is_int(f.get("line")), f"{where} has no file and line")
         _need(f.get("severity") in SEVERITIES, f"{where}.severity should be one of {', '.join(SEVERITIES)}")
         _need(isinstance(f.get("message"), str), f"{where} has no message")
-        findings.append(Finding(f["file"], f["line"], f["severity"], f["message"]))
+        at = f.get("event")
+        _need(at is None or (_is_int(at) and 0 <= at < len(events)), f"{where}.event should be an event")
+        findings.append(Finding(f["file"], f["line"], f["severity"], f["message"], at))
     sources = data.get("sources")
     if not isinstance(sources, dict):
         raise _Bad('"sources" should be an object')
@@ -291,6 +329,7 @@ def recording_from(observer: Any, *, script: str | None, argv: list[str]) -> Rec
                 "numel": p.numel,
                 "optimizer": p.optimizer,
                 "sample_index": None if p.sample is None else p.sample.tolist(),
+                "device": p.device,
             }
             for p in observer.order
         ],
@@ -300,6 +339,7 @@ def recording_from(observer: Any, *, script: str | None, argv: list[str]) -> Rec
         ],
         "events": [ev.to_json() for ev in observer.events],
         "updates": observer.update_records(),
+        "final": observer.final_record(),
         "sources": read_sources(observer.files),
     }
     return Recording(data, list(observer.findings))

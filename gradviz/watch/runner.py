@@ -24,6 +24,10 @@ from gradviz.engine.errors import UserError, one_line, quoted
 from gradviz.watch.findings import Finding
 
 STRICT_STATUS = 3
+# The scripts' globals, alive until the process ends as those of `python SCRIPT.py` are: freed
+# as soon as the script returns instead, objects such as a DistributedDataParallel model can
+# abort the process on their way out.
+_FINISHED_SCRIPTS: list[dict[str, Any]] = []
 
 
 def check_script(path: str) -> str:
@@ -65,12 +69,24 @@ def run_script(
     strict: bool = False,
     stderr: TextIO | None = None,
 ) -> int:
-    """Run ``script`` watched; print its findings; return the exit status."""
-    from gradviz.watch import watch
+    """Run ``script`` watched; print its findings; return the exit status.
+
+    Under ``torchrun`` only rank 0 is watched, and says so; the other ranks run the script
+    untouched, print nothing of gradviz's and write no recording.
+    """
+    from gradviz.watch import distributed_rank, watch, watched_rank
 
     err = stderr or sys.stderr
     check_script(script)
     check_output(output)
+    where = distributed_rank()
+    if where is not None and where[0] == 0:
+        err.write(
+            f"gradviz: started by torchrun ({where[1]} processes): watching rank 0 only; "
+            "the other ranks run unwatched.\n"
+        )
+        err.flush()
+    watched = watched_rank()
     argv = [script, *args]
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     folder = os.path.dirname(os.path.abspath(script))
@@ -84,7 +100,7 @@ def run_script(
     try:
         with watch(steps, script=script, argv=argv) as rec:
             try:
-                runpy.run_path(script, run_name="__main__")
+                _FINISHED_SCRIPTS.append(runpy.run_path(script, run_name="__main__"))
             except SystemExit as exc:
                 status = _exit_status(exc, err)
             except BaseException as exc:
@@ -97,7 +113,7 @@ def run_script(
     if failure is not None:
         _print_traceback(failure, script, err)
     lines: list[str] = []
-    if failure is not None:
+    if failure is not None and watched:
         grad_error = explain_error(failure, rec)
         if grad_error is not None:
             rec.findings.insert(0, grad_error)
@@ -109,7 +125,7 @@ def run_script(
         lines.append(f"gradviz: stopped watching after {seen} updates: {stopped}.")
     for line in lines:
         err.write(f"{one_line(line)}\n")
-    if output is not None:
+    if output is not None and watched:
         rec.save(output)
     err.flush()
     if status == 0 and strict and any(f.severity == "warning" for f in rec.findings):

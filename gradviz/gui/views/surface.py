@@ -43,6 +43,11 @@ from gradviz.gui.worker import plane_kinds
 ARROW_LANE = 5.0
 # An arrow gets its head only when it is this many heads long.
 HEAD_ROOM = 1.5
+# A plane with no loss known anywhere on it (a replayed recording has no model or data to evaluate).
+NO_LOSS = (
+    "No loss surface: no loss is known over this plane (a recording holds no model or data); "
+    "only the path is drawn."
+)
 PLANE_WORDS = {
     "axes": "two parameters, the others held where the first run was",
     "random": "random filter-normalised directions through the first run's point",
@@ -441,6 +446,11 @@ class SurfaceView(QWidget):
         if self.mode == "curve" and state.curve is not None:
             xs, shown = state.curve
             self.curve.setData(xs, shown)
+        elif state.grid is not None and not np.isfinite(state.grid.z).any():
+            # No loss known anywhere on the plane (a recording): the paths alone, over their plane.
+            self.image.clear()
+            for contour in self.contours:
+                contour.setData(None)
         elif state.grid is not None:
             shaded = self._shade(state.grid)
             levels = state.grid.colour.levels(len(self.contours))
@@ -503,6 +513,8 @@ class SurfaceView(QWidget):
         ps = self.plane_surface
         if ps is None:
             return "Computing the surface…"
+        if not np.isfinite(ps.Z).any():
+            return " ".join(t for t in (ps.note or NO_LOSS, self.residual_text) if t)
         if self.mode == "curve":
             text = f"Curve: {ps.loss_name} over the whole dataset; the runs move along it."
         else:

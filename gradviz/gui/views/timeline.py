@@ -477,7 +477,7 @@ class TimelineView(QWidget):
         if self.fixed_ranges is not None:
             return
         # The x range grows in steps of a quarter, so the axes are not re-laid out on every op.
-        span = float(info.ticks_per_iteration * 4)
+        span = float(info.ticks_per_iteration * min(4, max(info.scenario.iterations, 1)))
         while span < tape.last_tick + 2:
             span *= 1.25
         if span != self._span:

@@ -1,0 +1,487 @@
+"""A recording replayed in the window's views: what a watch saw, as a ``LabInfo`` and a full ``Tape``.
+
+No lab and no model: every op of the recording is one tick of one run (named after the
+user's script), already on the tape, so stepping and seeking only move the cursor. The
+code panel shows the user's own file; the .grad inspector, optimizer state and timeline
+read records rebuilt from the recording's numbers:
+
+- parameters after an op are those of the next record that saw them (a step's record is
+  taken just before it, a manual update's just after it, ``final`` as the watch ended);
+- a ``.grad`` after an op is the one the last backward left (its ledger) or the last
+  update read, ``None`` or zeros after a ``zero_grad``; only in a recording without the
+  ledger, the one the next update read when nothing touched it in between, and otherwise
+  unknown: shown as NaN;
+- a step's optimizer state is the one the next step found (``final`` after the last).
+
+Large tensors were recorded by a sample of their elements: such a parameter stands in
+the views as its sample, named so. The loss surface needs the user's model and data,
+which no recording holds; where every parameter was recorded whole, the path is drawn
+over its principal-components plane instead (:func:`path_surface`).
+
+Qt-free: the window, ``gradviz snapshot`` and ``gradviz export`` all replay through it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gradviz.engine.errors import UserError, quoted
+from gradviz.engine.loop import OpSlot
+from gradviz.engine.record import Grads, Layout, OpRecord, Snapshot, Weights
+from gradviz.engine.scenario import Op
+from gradviz.gui.tape import Entry, LabInfo, PlaneSurface, RunInfo, StepResult, Tape
+from gradviz.watch.findings import Finding, shown_path
+from gradviz.watch.recording import Recording, load_recording
+
+RECORDING_SUFFIXES = (".json",)
+NO_SURFACE = (
+    "No loss surface for a recording: the loss at other weights needs the script's own model and "
+    "data, and a recording holds neither."
+)
+OP_OF: dict[str, Op] = {"backward": "backward", "zero_grad": "zero_grad", "step": "step", "update": "step"}
+
+
+def is_recording(source: object) -> bool:
+    """Whether ``source`` names a recording rather than a scenario: a ``.json`` file, or a file
+    whose text starts with ``{`` (a scenario is TOML, which cannot)."""
+    if not isinstance(source, str | os.PathLike):
+        return False
+    path = os.fspath(source)
+    if path.lower().endswith(RECORDING_SUFFIXES):
+        return True
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(256)
+    except (OSError, ValueError):
+        return False
+    return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
+
+
+@dataclass(frozen=True)
+class LinkedFinding:
+    """A finding of the recording with the tick of the op it is about (-1 when none ran there)."""
+
+    finding: Finding
+    tick: int
+
+    @property
+    def text(self) -> str:
+        return str(self.finding)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A recording as the window draws it."""
+
+    info: LabInfo
+    tape: Tape
+    findings: tuple[LinkedFinding, ...]
+    file: str  # the user's file the code panel shows
+    path: tuple[np.ndarray, ...]  # flat parameters at the start and after each update (whole ones only)
+    sampled: tuple[str, ...]  # parameters recorded by a sample of their elements
+    updates: int
+    source: str  # the recording's path ("" when made from one in memory)
+
+    @property
+    def run(self) -> str:
+        return self.info.runs[0].name
+
+    def position(self, tick: int) -> str:
+        """Where the cursor is, for the status bar: "op 7 of 20 · after update 3 of 10"."""
+        if tick < 0:
+            return f"before the first observed op · {self.updates} updates recorded"
+        done = sum(1 for op in self.tape.runs[self.run].ops[: tick + 1] if op == "step")
+        return f"op {tick + 1} of {self.tape.last_tick + 1} · after update {done} of {self.updates}"
+
+
+def load_replay(path: str | os.PathLike[str]) -> Replay:
+    """Load and check a recording and make its replay; any problem is one sentence (``UserError``)."""
+    rec = load_recording(path)
+    try:
+        return replay_of(rec, os.fspath(path))
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        # Checked by the loader field by field; what is left is numbers that do not fit together.
+        raise UserError(
+            f"{quoted(os.fspath(path), 200, bare=True)} is not a valid gradviz recording: "
+            f"its parts do not fit together ({type(exc).__name__})."
+        ) from None
+
+
+def replay_of(rec: Recording, where: str = "") -> Replay:
+    """The window's view of ``rec`` (``where``: the file it came from, for the title)."""
+    from gradviz.engine.scenario import DataSpec, LoopSpec, ModelSpec, OptimizerSpec, RunSpec, Scenario
+
+    data = rec.data
+    events = rec.events
+    if not events:
+        raise UserError(
+            f"{quoted(where or 'the recording', 200, bare=True)} holds no observed op: nothing to replay "
+            "(did the script call backward() while it was watched?)."
+        )
+    params = rec.params
+    file = _main_file(events, data.get("script"))
+    run = os.path.basename(file) or "script"
+    names = tuple(_shown_name(p) for p in params)
+    shapes = tuple(_shown_shape(p) for p in params)
+    layout = Layout(names, shapes)
+    sizes = layout.sizes
+    sampled = tuple(p["name"] for p in params if p.get("sample_index") is not None)
+    values = _ValueTimeline(rec, names, sizes)
+    owner = _owners(data)
+
+    ticks = len(events)
+    before_grads, before_present = values.grads_after(-1)
+    records: list[OpRecord] = []
+    entries: list[Entry] = []
+    loss = math.nan
+    for tick, ev in enumerate(events):
+        if ev["op"] == "backward" and "loss" in ev:
+            loss = _num(ev["loss"])
+        flat = values.params_after(tick)
+        grads, present = values.grads_after(tick)
+        state_keys, state_flat, state_other = values.state_after(tick)
+        lr = values.lr_after(tick, owner)
+        weights = Weights(
+            layout, np.concatenate([flat, state_flat]).astype(np.float32), state_keys, state_other, lr
+        )
+        snap = Snapshot(weights, Grads(grads, present))
+        op = OP_OF[ev["op"]]
+        fresh: Grads | None = None
+        prior = None
+        if op == "backward":
+            prior = (before_grads, before_present)
+            fresh = _delivered(
+                layout, (before_grads, before_present), (grads, present), set(ev.get("filled", []))
+            )
+        before_grads, before_present = grads, present
+        line = ev["line"] if ev["file"] == file else 0
+        op_record = OpRecord(
+            run,
+            tick,
+            tick,
+            int(ev["step"]),
+            OpSlot("", op, 0, line, line, line),
+            None if math.isnan(loss) else loss,
+            not math.isfinite(loss) and not math.isnan(loss),
+            None,
+            snap,
+            fresh,
+            None if prior is None else Grads(*prior),
+        )
+        records.append(op_record)
+        finite_g = grads[np.isfinite(grads)]
+        entries.append(
+            Entry(
+                tick=tick,
+                op=op,
+                line=line,
+                loss=loss,
+                grad_norm=float(np.linalg.norm(finite_g)) if finite_g.size == grads.size else math.nan,
+                param_norm=float(np.linalg.norm(flat)),
+                status="diverged" if op_record.diverged else "running",
+                record=op_record,
+            )
+        )
+
+    optimizers = data.get("optimizers", [])
+    kind = optimizers[0]["type"] if optimizers else "manual"
+    last_lr = next(iter(values.lr_after(ticks - 1, owner).values()), math.nan)
+    spec = RunSpec(
+        name=run,
+        note="",
+        loop=LoopSpec(),
+        optimizer=OptimizerSpec(kind=kind, lr=last_lr),
+    )
+    title = f"{shown_path(file)}, as recorded" + (f" ({os.path.basename(where)})" if where else "")
+    n_updates = int(data.get("observed_updates", 0))
+    scenario = Scenario(
+        name=os.path.splitext(os.path.basename(where))[0] if where else run,
+        title=title,
+        summary=f"A recording of {shown_path(file)}: {ticks} ops observed, {n_updates} updates.",
+        seed=0,
+        iterations=1,
+        device=_device(params),
+        model=ModelSpec(),
+        data=DataSpec(),
+        runs=(spec,),
+        path=None,
+        lesson=None,
+    )
+    source = "\n".join(rec.sources.get(file, []))
+    run_info = RunInfo(name=run, note="", source=source, ops=(), names=names, shapes=shapes, spec=spec)
+    schedule = tuple(
+        (OpSlot("", r.op, 0, r.line, r.line, r.line),) if r.line > 0 else (None,) for r in records
+    )
+    initial_flat = values.params_after(-1)
+    g0, p0 = values.grads_after(-1)
+    initial = Snapshot(Weights(layout, initial_flat.astype(np.float32), (), (), {}), Grads(g0, p0))
+    info = LabInfo(
+        scenario=scenario,
+        runs=(run_info,),
+        ticks_per_iteration=ticks,
+        schedule=schedule,
+        device=scenario.device,
+        devices={},
+        surface=None,
+        full_records=True,
+        initial={run: initial},
+        parameter_count=sum(int(p["numel"]) for p in params),
+    )
+    tape = Tape(info)
+    tape.extend(StepResult({run: tuple(entries)}, (), {run: None}, -2, {}, True))
+    linked = tuple(LinkedFinding(f, _tick_of(f, events)) for f in rec.findings)
+    path: tuple[np.ndarray, ...] = ()
+    if not sampled and params:
+        path = (initial_flat, *(r.snapshot.param_flat for r in records if r.op == "step"))
+    return Replay(info, tape, linked, file, path, sampled, n_updates, where)
+
+
+def path_surface(replay: Replay) -> PlaneSurface:
+    """The recorded path's principal-components plane, with no loss on it (NaN): the recording
+    holds no model or data to evaluate. UserError where the plane cannot be made."""
+    from gradviz.engine.landscape import fit_extent, pca_plane, project
+
+    if replay.sampled:
+        few = ", ".join(replay.sampled[:3]) + (" and more" if len(replay.sampled) > 3 else "")
+        was = "was" if len(replay.sampled) == 1 else "were"
+        raise UserError(
+            f"{NO_SURFACE} Nor is there a path to draw: {few} {was} recorded by a sample of "
+            "elements, not whole."
+        )
+    if len(replay.path) < 3:
+        raise UserError(f"{NO_SURFACE} Its path has too few updates for a plane.")
+    layout = replay.tape.runs[replay.run].records[0]
+    assert layout is not None
+    try:
+        plane = pca_plane(np.stack(replay.path), layout.snapshot.layout)
+    except UserError:
+        raise UserError(
+            f"{NO_SURFACE} Its path does not move in two directions, so it has no plane."
+        ) from None
+    (x0, x1), (y0, y1) = fit_extent(project(plane, np.stack(replay.path)).coords)
+    xs, ys = np.linspace(x0, x1, 3), np.linspace(y0, y1, 3)
+    return PlaneSurface(
+        kind="pca",
+        plane=plane,
+        xs=xs,
+        ys=ys,
+        Z=np.full((3, 3), np.nan),
+        final=True,
+        note=f"{NO_SURFACE} The path is drawn over its principal-components plane.",
+        method="none",
+    )
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _main_file(events: list[dict[str, Any]], script: Any) -> str:
+    """The user's file most ops ran in (the script itself when it ties)."""
+    counts: dict[str, int] = {}
+    for ev in events:
+        counts[ev["file"]] = counts.get(ev["file"], 0) + 1
+    best = max(counts.values())
+    tied = [f for f, c in counts.items() if c == best]
+    return script if isinstance(script, str) and script in tied else tied[0]
+
+
+def _shown_name(p: Mapping[str, Any]) -> str:
+    sample = p.get("sample_index")
+    if sample is None:
+        return str(p["name"])
+    return f"{p['name']} ({len(sample)} of {int(p['numel']):,} values)"
+
+
+def _shown_shape(p: Mapping[str, Any]) -> tuple[int, ...]:
+    sample = p.get("sample_index")
+    if sample is not None:
+        return (len(sample),)
+    shape = tuple(int(d) for d in p["shape"])
+    if math.prod(shape) != int(p["numel"]):
+        raise ValueError("shape and numel disagree")
+    return shape
+
+
+def _device(params: list[dict[str, Any]]) -> str:
+    devices = sorted({str(p.get("device", "cpu")) for p in params})
+    return ", ".join(devices) or "cpu"
+
+
+def _owners(data: Mapping[str, Any]) -> dict[int, str]:
+    """Parameter id -> the name of the optimizer that holds it."""
+    out: dict[int, str] = {}
+    for o in data.get("optimizers", []):
+        for pid in o["params"]:
+            out.setdefault(pid, o["name"])
+    return out
+
+
+def _num(v: Any) -> float:
+    return float(v)  # "nan", "inf" and "-inf" included
+
+
+def _array(values: list[Any], size: int) -> np.ndarray:
+    out = np.array([_num(v) for v in values], dtype=np.float64)
+    if out.size != size:
+        raise ValueError(f"{out.size} values where {size} were expected")
+    return out
+
+
+def _delivered(
+    layout: Layout,
+    before: tuple[np.ndarray, tuple[bool, ...]],
+    after: tuple[np.ndarray, tuple[bool, ...]],
+    filled: set[int],
+) -> Grads:
+    """What one backward added to each ``.grad``: the new one less the old (absent where it added nothing)."""
+    old, new = layout.split(before[0], before[1]), layout.split(after[0], after[1])
+    parts: list[np.ndarray] = []
+    present: list[bool] = []
+    for pid, name in enumerate(layout.names):
+        now, was = new[name], old[name]
+        present.append(pid in filled and now is not None)
+        if present[-1]:
+            parts.append(np.ravel(now if was is None else now - was).astype(np.float32))
+    flat = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    return Grads(flat, tuple(present))
+
+
+def _tick_of(f: Finding, events: list[dict[str, Any]]) -> int:
+    """The op a finding is about: the one it names, else the first at its line."""
+    if f.event is not None:
+        return f.event
+    return next((i for i, ev in enumerate(events) if ev["file"] == f.file and ev["line"] == f.line), -1)
+
+
+class _ValueTimeline:
+    """Each parameter's values, ``.grad`` and optimizer state after each op, from the records."""
+
+    def __init__(self, rec: Recording, names: tuple[str, ...], sizes: tuple[int, ...]) -> None:
+        self.names, self.sizes = names, sizes
+        self.events = rec.events
+        n = len(sizes)
+        self.first_step: list[int | None] = [None] * n
+        # (position, values): valid after the op at ``position`` (-1: before the first).
+        self.values: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(n)]
+        self.states: list[list[tuple[int, dict[str, Any]]]] = [[] for _ in range(n)]
+        self.lrs: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+        # Per parameter, the ops that touched its .grad: (event, kind, grad or None or "zeros").
+        self.touches: list[list[tuple[int, str, Any]]] = [[] for _ in range(n)]
+        self.update_grads: dict[tuple[int, int], np.ndarray | None] = {}
+        for u in rec.updates:
+            e = u["event"]
+            position = e - 1 if u["op"] == "step" else e
+            for key, entry in u["params"].items():
+                pid = int(key)
+                vals = entry.get("values", entry.get("sample"))
+                if vals is not None:
+                    self.values[pid].append((position, _array(vals, sizes[pid])))
+                if "state" in entry:
+                    self.states[pid].append((position, entry["state"]))
+                if "lr" in entry:
+                    self.lrs[pid].append((position, _num(entry["lr"])))
+                g = entry.get("grad_values", entry.get("grad_sample"))
+                if entry["grad"] == "none":
+                    self.update_grads[(pid, e)] = None
+                elif g is not None:
+                    self.update_grads[(pid, e)] = _array(g, sizes[pid])
+        last = len(self.events) - 1
+        for key, entry in rec.data.get("final", {}).items():
+            pid = int(key)
+            vals = entry.get("values", entry.get("sample"))
+            if vals is not None:
+                self.values[pid].append((last, _array(vals, sizes[pid])))
+            if "state" in entry:
+                self.states[pid].append((last, entry["state"]))
+        for pid in range(n):
+            self.values[pid].sort(key=lambda item: item[0])
+            self.states[pid].sort(key=lambda item: item[0])
+        for e, ev in enumerate(self.events):
+            op = ev["op"]
+            if op == "backward":
+                left = ev.get("grads", {})
+                for pid in ev.get("filled", []):
+                    g = left.get(str(pid))
+                    self.touches[pid].append((e, "fill", None if g is None else _array(g, sizes[pid])))
+            elif op == "zero_grad":
+                zeros = set(ev.get("zeros", []))
+                for pid in ev.get("params", []):
+                    self.touches[pid].append((e, "clear", "zeros" if pid in zeros else None))
+            else:
+                for pid in ev.get("params", []):
+                    if op == "step" and self.first_step[pid] is None:
+                        self.first_step[pid] = e
+                    if (pid, e) in self.update_grads:
+                        self.touches[pid].append((e, "update", self.update_grads[(pid, e)]))
+
+    def params_after(self, tick: int) -> np.ndarray:
+        parts = []
+        for pid, size in enumerate(self.sizes):
+            known = self.values[pid]
+            later = next((v for pos, v in known if pos >= tick), None)
+            if later is None:
+                later = known[-1][1] if known else np.full(size, np.nan)
+            parts.append(later)
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def grads_after(self, tick: int) -> tuple[np.ndarray, tuple[bool, ...]]:
+        parts, present = [], []
+        for pid, size in enumerate(self.sizes):
+            touches = self.touches[pid]
+            before = [t for t in touches if t[0] <= tick]
+            after = next((t for t in touches if t[0] > tick), None)
+            last = before[-1] if before else None
+            if last is not None and (last[1] == "update" or (last[1] == "fill" and last[2] is not None)):
+                g: Any = last[2]  # what the update read, or what the backward left
+            elif after is not None and after[1] == "update":
+                g = after[2]  # nothing touched it between this op and the update that read it
+            elif last is not None and last[1] == "clear":
+                g = np.zeros(size) if last[2] == "zeros" else None
+            elif last is None:
+                g = None
+            else:
+                g = np.full(size, np.nan)  # filled here, but never read by an update as it was
+            if g is None:
+                present.append(False)
+            else:
+                present.append(True)
+                parts.append(np.asarray(g, dtype=np.float64))
+        flat = np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
+        return flat, tuple(present)
+
+    def state_after(self, tick: int) -> tuple[tuple[Any, ...], np.ndarray, tuple[Any, ...]]:
+        """The optimizer state after ``tick``: none before a parameter's first step; after it, what
+        the next step found (or what the watch's end found); left out where nothing saw it."""
+        keys: list[tuple[str, str, tuple[int, ...], str]] = []
+        other: list[tuple[str, str, Any]] = []
+        parts: list[np.ndarray] = []
+        for pid, size in enumerate(self.sizes):
+            first = self.first_step[pid]
+            if first is None or first > tick:
+                continue
+            later = next((s for pos, s in self.states[pid] if pos >= tick), None)
+            if later is None:
+                continue
+            for key, v in sorted(later.items()):
+                if isinstance(v, list):
+                    keys.append((self.names[pid], key, (size,), "float32"))
+                    parts.append(_array(v, size))
+                else:
+                    other.append((self.names[pid], key, _num(v)))
+        flat = np.concatenate(parts) if parts else np.zeros(0)
+        return tuple(keys), flat, tuple(other)
+
+    def lr_after(self, tick: int, owner: Mapping[int, str]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for pid, lrs in enumerate(self.lrs):
+            if not lrs or pid not in owner:
+                continue
+            later = next((lr for pos, lr in lrs if pos >= tick), lrs[-1][1])
+            out.setdefault(owner[pid], later)
+        return out

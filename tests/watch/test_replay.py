@@ -1,0 +1,256 @@
+"""A recording replayed: real scripts watched in a subprocess, their recordings read back as the
+window's tape (Qt-free), and the command line on recordings good and bad."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gradviz.engine.errors import UserError
+from gradviz.watch.replay import NO_SURFACE, is_recording, load_replay, path_surface
+from tests.watch import scripts
+from tests.watch.test_watch import ROOT, _line, watch
+
+# A forgotten zero_grad that prints what PyTorch computed, to compare the replay with.
+PRINTING = (
+    scripts.HEADER
+    + """\
+model = nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+for step in range(6):
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+    print("loss", loss.item())
+print("weight", *model.weight.flatten().tolist())
+print("momentum", *optimizer.state[model.weight]["momentum_buffer"].flatten().tolist())
+"""
+)
+
+# One parameter too large to record whole: it is sampled.
+LARGE = (
+    scripts.HEADER
+    + """\
+model = nn.Sequential(nn.Linear(2, 80), nn.Tanh(), nn.Linear(80, 80), nn.Tanh(), nn.Linear(80, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(4):
+    optimizer.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+)
+
+
+def recorded(tmp_path: Path, source: str, name: str = "rec.json") -> tuple[Path, subprocess.CompletedProcess]:
+    proc = watch(tmp_path, source, "-o", name)
+    assert proc.returncode == 0, proc.stderr
+    return tmp_path / name, proc
+
+
+@pytest.fixture(scope="module")
+def printing(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    return recorded(tmp_path_factory.mktemp("printing"), PRINTING)
+
+
+def _printed(proc: subprocess.CompletedProcess, what: str) -> list[list[float]]:
+    return [
+        [float(v) for v in line.split()[1:]] for line in proc.stdout.splitlines() if line.startswith(what)
+    ]
+
+
+def test_the_replay_holds_every_observed_op_at_the_users_own_lines(printing):
+    path, _ = printing
+    replay = load_replay(path)
+    tape = replay.tape.runs[replay.run]
+    backward, step = _line(PRINTING, "loss.backward()"), _line(PRINTING, "optimizer.step()")
+    assert replay.run == "train.py"
+    assert tape.ops == ["backward", "step"] * 6
+    assert tape.lines == [backward, step] * 6
+    assert replay.info.runs[0].source.splitlines() == PRINTING.splitlines()
+    assert replay.position(3) == "op 4 of 12 · after update 2 of 6"
+
+
+def test_losses_weights_and_momentum_are_the_scripts_own(printing):
+    path, proc = printing
+    replay = load_replay(path)
+    tape = replay.tape.runs[replay.run]
+    losses = [loss for op, loss in zip(tape.ops, tape.loss, strict=True) if op == "backward"]
+    np.testing.assert_allclose(losses, [v[0] for v in _printed(proc, "loss")], rtol=1e-6)
+    last = replay.tape.record(replay.run, len(tape) - 1)
+    assert last is not None
+    np.testing.assert_allclose(last.params["model.weight"].ravel(), _printed(proc, "weight")[0], rtol=1e-6)
+    momentum = last.state["model.weight"]["momentum_buffer"]
+    np.testing.assert_allclose(momentum.ravel(), _printed(proc, "momentum")[0], rtol=1e-6)
+    assert last.lr == {"SGD #0": 0.01}
+
+
+def test_a_backward_shows_the_stale_grad_and_what_it_added(printing):
+    path, _ = printing
+    replay = load_replay(path)
+    first_step = replay.tape.record(replay.run, 1)
+    second = replay.tape.record(replay.run, 2)  # the backward that adds to the used .grad
+    assert first_step is not None and second is not None
+    stale = second.stale_grads
+    fresh = second.fresh_grads
+    assert stale is not None and fresh is not None
+    np.testing.assert_array_equal(stale["model.weight"], first_step.grads["model.weight"])
+    np.testing.assert_allclose(
+        stale["model.weight"] + fresh["model.weight"], second.grads["model.weight"], rtol=1e-6
+    )
+    before = replay.tape.record(replay.run, 0)
+    assert before is not None and before.stale_grads is not None
+    assert before.stale_grads["model.weight"] is None, "no .grad before the first backward"
+
+
+def test_the_finding_is_linked_to_the_backward_that_carried_the_gradient(printing):
+    path, _ = printing
+    replay = load_replay(path)
+    [linked] = replay.findings
+    assert linked.finding.line == _line(PRINTING, "loss.backward()")
+    assert linked.tick == 2, "the second backward is the first to add to a used .grad"
+    assert linked.text.startswith("train.py:")
+
+
+def test_the_surface_says_why_there_is_none_and_gives_the_paths_plane(printing):
+    path, _ = printing
+    replay = load_replay(path)
+    surface = path_surface(replay)
+    assert surface.kind == "pca" and not np.isfinite(surface.Z).any()
+    assert surface.note.startswith(NO_SURFACE)
+    assert len(replay.path) == 7, "the start and the parameters after each of the 6 steps"
+
+
+def test_a_sampled_recording_has_no_path_and_says_so(tmp_path):
+    path, _ = recorded(tmp_path, LARGE)
+    replay = load_replay(path)
+    assert replay.sampled == ("model.2.weight",)
+    assert "model.2.weight (32 of 6,400 values)" in replay.info.runs[0].names
+    with pytest.raises(UserError, match="recorded by a sample"):
+        path_surface(replay)
+
+
+def test_recordings_are_told_apart_from_scenarios(tmp_path, printing):
+    path, _ = printing
+    assert is_recording(str(path))
+    other = tmp_path / "rec.gradviz"
+    other.write_bytes(path.read_bytes())
+    assert is_recording(str(other)), "by its content, whatever its name"
+    toml = tmp_path / "s.toml"
+    toml.write_text('name = "x"\n')
+    assert not is_recording(str(toml))
+    assert not is_recording("forgot-zero-grad")
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def _bad_recordings(good: Path, folder: Path) -> dict[str, Path]:
+    text = good.read_text()
+    data = json.loads(text)
+    out = {}
+    out["truncated"] = folder / "truncated.json"
+    out["truncated"].write_text(text[: len(text) // 2])
+    future = dict(data, version=7)
+    out["future"] = folder / "future.json"
+    out["future"].write_text(json.dumps(future))
+    nonsense = json.loads(text)
+    nonsense["updates"][0]["params"]["0"]["values"] = [1.0, 2.0, 3.0, 4.0, 5.0]  # a (1, 2) weight
+    out["nonsense"] = folder / "nonsense.json"
+    out["nonsense"].write_text(json.dumps(nonsense))
+    edited = json.loads(text)
+    edited["events"][0]["op"] = "explode"
+    out["edited"] = folder / "edited.json"
+    out["edited"].write_text(json.dumps(edited))
+    return out
+
+
+EXPECTED = {
+    "truncated": "is cut short",
+    "future": "from a newer gradviz",
+    "nonsense": "do not fit together",
+    "edited": "events[0].op should be one of",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED))
+def test_a_bad_recording_is_one_sentence(tmp_path, printing, kind):
+    bad = _bad_recordings(printing[0], tmp_path)[kind]
+    with pytest.raises(UserError, match=re.escape(EXPECTED[kind])) as caught:
+        load_replay(bad)
+    assert "\n" not in str(caught.value)
+
+
+def _gradviz(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", QT_QPA_PLATFORM="offscreen")
+    return subprocess.run(
+        [sys.executable, "-m", "gradviz", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED))
+@pytest.mark.parametrize("command", ["snapshot", "export", "open"])
+def test_the_command_line_refuses_a_bad_recording_with_status_2(tmp_path, printing, kind, command):
+    bad = _bad_recordings(printing[0], tmp_path)[kind]
+    out = {"snapshot": ["-o", "x.png"], "export": ["-o", "x.gif"], "open": []}[command]
+    proc = _gradviz(tmp_path, command, str(bad), *out)
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("gradviz: ") and EXPECTED[kind] in line
+    assert not (tmp_path / "x.png").exists() and not (tmp_path / "x.gif").exists()
+
+
+def test_snapshot_and_export_draw_a_recording(tmp_path, printing):
+    from PIL import Image
+
+    path, _ = printing
+    proc = _gradviz(tmp_path, "snapshot", str(path), "-o", "x.png", "--ops", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert Image.open(tmp_path / "x.png").size == (1280, 720)
+    proc = _gradviz(tmp_path, "export", str(path), "-o", "x.gif", "--size", "1280x720")
+    assert proc.returncode == 0, proc.stderr
+    with Image.open(tmp_path / "x.gif") as gif:
+        assert gif.n_frames == 12, "a frame after each of the 12 observed ops"
+    proc = _gradviz(tmp_path, "export", str(path), "-o", "y.gif", "--lr", "0.1")
+    assert proc.returncode == 2 and "a recording replays what its script did" in proc.stderr
+
+
+def test_every_grad_of_an_accumulation_loop_is_known_from_the_backwards_ledger(tmp_path):
+    path, _ = recorded(tmp_path, scripts.ACCUMULATION)
+    replay = load_replay(path)
+    tape = replay.tape.runs[replay.run]
+    backwards = 0
+    for i, op in enumerate(tape.ops):
+        rec = replay.tape.record(replay.run, i)
+        assert rec is not None
+        for g in rec.grads.values():
+            assert g is None or np.isfinite(g).all()
+        if op == "backward":
+            backwards += 1
+            stale, fresh = rec.stale_grads, rec.fresh_grads
+            assert stale is not None and fresh is not None
+            before = stale["model.weight"]
+            total = fresh["model.weight"] if before is None else before + fresh["model.weight"]
+            np.testing.assert_allclose(total, rec.grads["model.weight"], rtol=1e-5)
+    assert backwards == 16
+
+
+def test_a_recording_saved_again_is_the_same_file(tmp_path, printing):
+    from gradviz.watch import load_recording
+
+    path, _ = printing
+    again = load_recording(path).save(tmp_path / "again.json")
+    assert json.loads(Path(again).read_text()) == json.loads(path.read_text())
