@@ -814,6 +814,7 @@ class FrameRenderer:
         errors: list[str] = []
         self.controller: Controller = Controller(threaded=False)
         self.controller.failed.connect(errors.append)
+        self.controller.capture_graphs("graph" in style.views)
         self.controller.open(scenario)
         if self.controller.info is None:
             self.close()

@@ -143,6 +143,8 @@ class Entry:
     param_norm: float
     status: str
     record: OpRecord | None
+    # The autograd graph a forward built or a backward walked (gradviz.engine.graph.Graph), while captured.
+    graph: Any = None
 
 
 @dataclass(frozen=True)
@@ -229,6 +231,7 @@ class RunTape:
     param_norm: list[float] = field(default_factory=list)
     statuses: list[str] = field(default_factory=list)
     records: list[OpRecord | None] = field(default_factory=list)
+    graphs: list[Any] = field(default_factory=list)
     error: str | None = None
 
     def __len__(self) -> int:
@@ -249,6 +252,7 @@ class RunTape:
             self.param_norm,
             self.statuses,
             self.records,
+            self.graphs,
         ):
             del column[keep:]
 
@@ -286,6 +290,7 @@ class Tape:
                 rt.param_norm.append(e.param_norm)
                 rt.statuses.append(e.status)
                 rt.records.append(e.record)
+                rt.graphs.append(e.graph)
                 ticks.add(e.tick)
             rt.error = result.errors.get(name, rt.error)
         self.op_ticks.extend(sorted(t for t in ticks if t > self.last_tick))
@@ -437,6 +442,19 @@ class Moment:
                 return self.tape.record(run, i)
             i -= 1
         return None
+
+    def graph(self, run: str) -> tuple[Any, int]:
+        """The run's newest captured autograd graph at or before this moment, and the tick of its op
+        (``(None, -1)`` when none was captured since the last forward)."""
+        rt = self.tape.runs[run]
+        i = rt.index_at(self.tick)
+        while i >= 0:
+            if rt.graphs[i] is not None:
+                return rt.graphs[i], rt.ticks[i]
+            if rt.ops[i] == "forward":
+                return None, -1
+            i -= 1
+        return None, -1
 
     def backward_count(self, run: str) -> int:
         """How many backward calls have added to ``.grad`` since it was last cleared."""

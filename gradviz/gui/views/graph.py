@@ -1,0 +1,449 @@
+"""The autograd graph view: what the forward built, what ``backward()`` walks, in PyTorch's own order.
+
+The graph drawn is the one a run's :class:`~gradviz.engine.graph.GraphCapture`
+recorded from the real objects: node class names as PyTorch made them, edges
+from each node to its ``next_functions``, the loss on top and the parameters'
+``AccumulateGrad`` leaves at the bottom. At a backward the nodes light up in
+the order their hooks fired, each edge labelled with the gradient it carried,
+and each parameter leaf shows the addition into ``.grad`` (the inspector's
+ledger). Once the graph is freed it is drawn faded and says so.
+
+Layout is a small layered one of our own (:func:`layered`): depth from the
+loss by longest path, order in each layer by the mean position of the parents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
+from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPainterPath, QPen, QPolygonF
+from PySide6.QtWidgets import (
+    QComboBox,
+    QGraphicsScene,
+    QGraphicsView,
+    QHBoxLayout,
+    QLabel,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gradviz.gui import fmt
+from gradviz.gui.theme import BASE_POINT_SIZE, LIGHT, Theme, run_color
+
+if TYPE_CHECKING:
+    from gradviz.engine.graph import Graph
+    from gradviz.gui.tape import LabInfo, Moment
+
+# Node fills by kind (Okabe-Ito hues, light tints so black text stays readable); each kind also
+# has its own border, so the kind never rests on colour alone.
+KIND_FILL = {"loss": "#F5C98F", "operation": "#E6E6E6", "parameter": "#FFFFFF", "input": "#F7F1A1"}
+KIND_BORDER = {
+    "loss": Qt.PenStyle.SolidLine,
+    "operation": Qt.PenStyle.SolidLine,
+    "parameter": Qt.PenStyle.SolidLine,
+    "input": Qt.PenStyle.DashLine,
+}
+RAN_COLOR = "#CC79A7"  # the backward's colour in the timeline and code
+ANIMATION_MS = 900  # one backward's traversal on Play and after a step, whatever its length
+GAP_X, GAP_Y = 14.0, 26.0
+MIN_SCALE, MAX_SCALE = 0.85, 1.6
+
+
+def layered(
+    count: int, edges: Sequence[tuple[int, int]], widths: Sequence[float], height: float
+) -> list[tuple[float, float]]:
+    """Top-left corners of ``count`` boxes of ``widths`` and ``height``, node 0 on top.
+
+    Each node's layer is its longest distance from node 0 (so every edge points
+    down); within a layer nodes keep their walk order, then are sorted twice by
+    the mean position of their parents, which uncrosses most edges of the trees
+    that autograd graphs mostly are.
+    """
+    parents: list[list[int]] = [[] for _ in range(count)]
+    children: list[list[int]] = [[] for _ in range(count)]
+    for a, b in edges:
+        if a != b:
+            parents[b].append(a)
+            children[a].append(b)
+    pending = [len(set(p)) for p in parents]
+    depth = [0] * count
+    ready = [i for i in range(count) if pending[i] == 0]
+    seen = set()
+    while ready:
+        i = ready.pop()
+        seen.add(i)
+        for j in set(children[i]):
+            depth[j] = max(depth[j], depth[i] + 1)
+            pending[j] -= 1
+            if pending[j] == 0:
+                ready.append(j)
+    layers: list[list[int]] = [[] for _ in range(max(depth, default=0) + 1)]
+    for i in range(count):
+        layers[depth[i]].append(i)
+    place = {i: float(k) for layer in layers for k, i in enumerate(layer)}
+    for _ in range(2):
+        for layer in layers[1:]:
+            layer.sort(key=lambda i: sum(place[p] for p in parents[i]) / max(len(parents[i]), 1))
+            for k, i in enumerate(layer):
+                place[i] = float(k)
+    rows = [sum(widths[i] for i in layer) + GAP_X * (len(layer) - 1) for layer in layers]
+    widest = max(rows, default=0.0)
+    out = [(0.0, 0.0)] * count
+    for d, layer in enumerate(layers):
+        x = (widest - rows[d]) / 2
+        for i in layer:
+            out[i] = (x, d * (height + GAP_Y))
+            x += widths[i] + GAP_X
+    return out
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What the view draws at a moment: a graph, how much of its backward has run, and why."""
+
+    graph: Graph | None
+    tick: int
+    ran: int  # how many nodes of ``graph.order`` are lit
+    freed: bool  # the graph is gone (a later op than its backward)
+    note: str
+
+
+class GraphView(QWidget):
+    """The autograd graph of one run, synced with the stepper."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.theme: Theme = LIGHT
+        self.info: LabInfo | None = None
+        self.run_name: str | None = None
+        self.points = float(BASE_POINT_SIZE)
+        self.shown: Shown | None = None
+        self._moment: Moment | None = None
+        self._animated_tick = -2
+        self._step = 0
+        self._timer = QTimer(self)
+        self._timer.timeout.connect(self._advance)
+
+        self.title = QLabel("Autograd graph")
+        self.title.setObjectName("panelTitle")
+        self.runs = QComboBox()
+        self.runs.setToolTip("Whose graph is drawn")
+        self.runs.currentTextChanged.connect(self._on_run)
+        self.note = QLabel("")
+        self.note.setWordWrap(True)
+        self.scene = QGraphicsScene(self)
+        self.canvas = QGraphicsView(self.scene)
+        self.canvas.setRenderHint(QPainter.RenderHint.Antialiasing)
+        self.canvas.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        head = QHBoxLayout()
+        head.setContentsMargins(0, 0, 0, 0)
+        head.addWidget(self.title, 1)
+        head.addWidget(self.runs)
+        box = QVBoxLayout(self)
+        box.setContentsMargins(4, 4, 4, 4)
+        box.setSpacing(3)
+        box.addLayout(head)
+        box.addWidget(self.note)
+        box.addWidget(self.canvas, 1)
+
+    # ------------------------------------------------------------ settings
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.canvas.setBackgroundBrush(QBrush(QColor(theme.base)))
+        self._render()
+
+    def set_point_size(self, points: float) -> None:
+        self.points = points
+        self._render()
+
+    def set_lab(self, info: LabInfo) -> None:
+        """A new lab: its runs in the picker, the first one drawn; nothing until its first forward."""
+        self.info = info
+        self._timer.stop()
+        self._animated_tick = -2
+        self.runs.blockSignals(True)
+        self.runs.clear()
+        self.runs.addItems([r.name for r in info.runs])
+        self.runs.blockSignals(False)
+        self.runs.setVisible(len(info.runs) > 1)
+        self.run_name = info.runs[0].name
+        self.shown = None
+        self._render()
+
+    def set_run(self, name: str) -> None:
+        """Draw ``name``'s graph."""
+        self.runs.setCurrentText(name)
+        self._on_run(name)
+
+    def _on_run(self, name: str) -> None:
+        if name and name != self.run_name:
+            self.run_name = name
+            self._animated_tick = -2
+            if self._moment is not None:
+                self.draw(self._moment)
+
+    # ---------------------------------------------------------------- draw
+    def draw(self, moment: Moment) -> None:
+        """Draw the graph of the run's newest forward or backward at ``moment``.
+
+        A backward that has just been performed (the moment is the live end) is
+        animated node by node while the view is on screen; anywhere else (an
+        export frame, a moment scrubbed back to) the traversal is drawn whole.
+        """
+        self._moment = moment
+        run = self.run_name
+        if self.info is None or run is None:
+            return
+        graph, tick = moment.graph(run)
+        ran = 0
+        freed = False
+        if graph is not None:
+            ran = len(graph.order)
+            freed = tick < moment.tick and bool(graph.order)
+            fresh = tick == moment.tick == moment.tape.last_tick and not moment.hide_future
+            if graph.order and fresh and self.isVisible() and tick != self._animated_tick:
+                self._animated_tick = tick
+                self._step = 1
+                self._timer.start(max(25, ANIMATION_MS // len(graph.order)))
+            if self._timer.isActive() and tick == self._animated_tick:
+                ran = self._step
+            elif self._timer.isActive():
+                self._timer.stop()
+        self.shown = Shown(graph, tick, ran, freed, self._sentence(moment, graph, tick, ran, freed))
+        self._render()
+
+    def _advance(self) -> None:
+        self._step += 1
+        shown = self.shown
+        if shown is None or shown.graph is None or self._step >= len(shown.graph.order):
+            self._timer.stop()
+            self._step = len(shown.graph.order) if shown is not None and shown.graph is not None else 0
+        if self._moment is not None:
+            self.draw(self._moment)
+
+    def _sentence(self, moment: Moment, graph: Graph | None, tick: int, ran: int, freed: bool) -> str:
+        if graph is None:
+            if moment.tick < 0:
+                return "The first forward builds the graph that backward() will walk."
+            return "No graph captured here: the next forward builds one."
+        n = len(graph.nodes)
+        if not graph.nodes:
+            return "The loss has no grad_fn: no graph was built, backward() has nothing to walk."
+        if not graph.order:
+            leaves = sum(1 for node in graph.nodes if node.kind == "parameter")
+            return (
+                f"forward() built this graph: {n} nodes, {leaves} parameter leaves. "
+                "backward() has not run yet."
+            )
+        if freed:
+            return (
+                "Freed: backward() released this graph's saved tensors and the loss is gone; "
+                "the next forward builds a new graph."
+            )
+        if ran < len(graph.order):
+            node = graph.nodes[graph.order[ran - 1]]
+            return f"backward(): node {ran} of {len(graph.order)} ran, {node.name}."
+        return (
+            f"backward() ran all {len(graph.order)} nodes in this order; their saved tensors are now freed."
+        )
+
+    # -------------------------------------------------------------- render
+    def _font(self, bold: bool = False, scale: float = 1.0) -> QFont:
+        font = QFont(self.font())
+        font.setPointSizeF(self.points * scale)
+        font.setBold(bold)
+        return font
+
+    def _render(self) -> None:
+        self.scene.clear()
+        self._focus: QPointF | None = None
+        shown = self.shown
+        self.note.setText(shown.note if shown is not None else "")
+        self.title.setText(
+            f"Autograd graph of {self.run_name}"
+            if self.info and len(self.info.runs) > 1
+            else "Autograd graph"
+        )
+        if shown is None or shown.graph is None or not shown.graph.nodes:
+            return
+        self._focus = draw_graph(
+            self.scene,
+            shown,
+            self._texts(shown),
+            self.theme,
+            self._font(True),
+            self._font(False, 0.85),
+            self._leaf_color(),
+        )
+        rect = self.scene.itemsBoundingRect().adjusted(-6, -6, 6, 6)
+        self.scene.setSceneRect(rect)
+        self.canvas.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
+        # Neither blown up (coarse) nor shrunk past reading: a tall graph scrolls, kept on the node
+        # that ran last.
+        scale = min(max(self.canvas.transform().m11(), MIN_SCALE), MAX_SCALE)
+        self.canvas.resetTransform()
+        self.canvas.scale(scale, scale)
+        if self._focus is not None:
+            self.canvas.centerOn(self._focus)
+
+    def resizeEvent(self, event: Any) -> None:
+        super().resizeEvent(event)
+        self._render()
+
+    def _leaf_color(self) -> str:
+        if self.info is None or self.run_name is None:
+            return run_color(0)
+        return run_color(self.info.run_index(self.run_name))
+
+    def _texts(self, shown: Shown) -> tuple[list[list[str]], list[str]]:
+        """Lines of each node's box and the label of each edge, at what has run so far."""
+        graph = shown.graph
+        assert graph is not None
+        lit = {i: k + 1 for k, i in enumerate(graph.order[: shown.ran])}
+        ledger = self._ledger(shown) if shown.ran else {}
+        boxes = []
+        for node in graph.nodes:
+            lines = [node.name if node.param is None else f"{node.param} · {node.name}"]
+            detail = [] if node.shape is None else ["(" + ", ".join(map(str, node.shape)) + ")"]
+            if node.saved:
+                total = sum(s.bytes for s in node.saved)
+                gone = node.saved[0].freed and (node.id in lit or shown.freed)
+                detail.append(f"saved {fmt_bytes(total)}" + (" · freed" if gone else ""))
+            lines.append("  ".join(detail))
+            if node.id in lit:
+                lines[0] = f"#{lit[node.id]} {lines[0]}"
+                if node.param is not None and node.param in ledger:
+                    lines.append(ledger[node.param])
+            boxes.append(lines)
+        labels = []
+        for (a, _b), grad in zip(graph.edges, graph.sent, strict=False):
+            labels.append(grad_text(grad) if a in lit else "")
+        return boxes, labels
+
+    def _ledger(self, shown: Shown) -> dict[str, str]:
+        """``before + added = after`` for each parameter leaf, from the records around the backward."""
+        moment, graph = self._moment, shown.graph
+        if moment is None or graph is None or self.run_name is None:
+            return {}
+        rt = moment.tape.runs[self.run_name]
+        i = rt.index_at(shown.tick)
+        after = moment.tape.record(self.run_name, i)
+        before = moment.tape.record(self.run_name, i - 1) if i > 0 else moment.info.initial[self.run_name]
+        out = {}
+        for name, added in graph.added.items():
+            if added is None:
+                continue
+            old = before.grads.get(name) if before is not None else None
+            new = after.grads.get(name) if after is not None else None
+            out[name] = addition_text(old, added, new)
+        return out
+
+
+def fmt_bytes(n: int) -> str:
+    return f"{n:,} B" if n < 10_000 else f"{n / 1024:,.0f} KiB"
+
+
+def grad_text(grad: Any) -> str:
+    """An edge's gradient: its values when copied and short, else its shape."""
+    if grad is None:
+        return ""
+    if isinstance(grad, np.ndarray):
+        return fmt.array(grad, limit=3)
+    return "grad (" + ", ".join(map(str, grad.shape)) + ")"
+
+
+def addition_text(before: np.ndarray | None, added: np.ndarray, after: np.ndarray | None) -> str:
+    """What AccumulateGrad did to ``.grad``: ``-16 + -4 = -20``, or ``None → -4`` on a cleared one."""
+    if before is None:
+        return f".grad: None → {fmt.array(after if after is not None else added, limit=2)}"
+    if added.size == 1:
+        return f".grad: {fmt.array(before)} + {fmt.array(added)} = {fmt.array(after)}"
+    return f".grad += {fmt.array(added, limit=2)}"
+
+
+def draw_graph(
+    scene: QGraphicsScene,
+    shown: Shown,
+    texts: tuple[list[list[str]], list[str]],
+    theme: Theme,
+    bold: QFont,
+    small: QFont,
+    leaf_color: str,
+) -> QPointF | None:
+    """Lay out and add the boxes, edges and labels of ``shown`` to ``scene``; the centre of the
+    node that ran last (``None`` before the backward)."""
+    from PySide6.QtGui import QFontMetricsF
+
+    graph = shown.graph
+    assert graph is not None
+    boxes, labels = texts
+    big, little = QFontMetricsF(bold), QFontMetricsF(small)
+    pad = 6.0
+    widths = [
+        max([big.horizontalAdvance(lines[0])] + [little.horizontalAdvance(t) for t in lines[1:]]) + 2 * pad
+        for lines in boxes
+    ]
+    rows = max(len(lines) for lines in boxes)
+    height = big.height() + (rows - 1) * little.height() + 2 * pad
+    corners = layered(len(graph.nodes), graph.edges, widths, height)
+    lit = set(graph.order[: shown.ran])
+    faded = shown.freed
+    text = QColor(theme.muted if faded else "#1b1b1b")
+    line = QColor(theme.muted)
+    hot = QColor(RAN_COLOR)
+    # Edges first, under the boxes: from the bottom of a node to the top of each next function.
+    for k, (a, b) in enumerate(graph.edges):
+        (xa, ya), (xb, yb) = corners[a], corners[b]
+        start = QPointF(xa + widths[a] / 2, ya + height)
+        end = QPointF(xb + widths[b] / 2, yb)
+        flowed = a in lit and not faded
+        pen = QPen(hot if flowed else line, 2.4 if flowed else 1.2)
+        path = QPainterPath(start)
+        mid = (start.y() + end.y()) / 2
+        path.cubicTo(QPointF(start.x(), mid), QPointF(end.x(), mid), end)
+        scene.addPath(path, pen)
+        head = QPolygonF([end, QPointF(end.x() - 4, end.y() - 7), QPointF(end.x() + 4, end.y() - 7)])
+        scene.addPolygon(head, pen, QBrush(pen.color()))
+        label = labels[k] if k < len(labels) else ""
+        if label and flowed:
+            item = scene.addSimpleText(label, small)
+            r = item.boundingRect()
+            at = path.pointAtPercent(0.5)
+            back = scene.addRect(
+                QRectF(at.x() - r.width() / 2 - 2, at.y() - r.height() / 2, r.width() + 4, r.height()),
+                QPen(Qt.PenStyle.NoPen),
+                QBrush(QColor(theme.base)),
+            )
+            back.setZValue(2)
+            item.setPos(at.x() - r.width() / 2, at.y() - r.height() / 2)
+            item.setBrush(QBrush(QColor(theme.text)))
+            item.setZValue(3)
+    for node, lines, (x, y), w in zip(graph.nodes, boxes, corners, widths, strict=True):
+        fill = QColor(KIND_FILL[node.kind])
+        border = QColor(leaf_color if node.kind == "parameter" else "#555555")
+        if node.id in lit and not faded:
+            border = hot if node.kind != "parameter" else border
+        width = 3.0 if node.kind in ("parameter", "loss") or node.id in lit else 1.2
+        if faded:
+            fill.setAlpha(110)
+            border.setAlpha(140)
+        pen = QPen(border, width, KIND_BORDER[node.kind])
+        rect = scene.addRect(QRectF(x, y, w, height), pen, QBrush(fill))
+        rect.setZValue(4)
+        ty = y + pad
+        for j, t in enumerate(lines):
+            if not t:
+                continue
+            item = scene.addSimpleText(t, bold if j == 0 else small)
+            item.setBrush(QBrush(text))
+            item.setPos(x + pad, ty)
+            item.setZValue(5)
+            ty += big.height() if j == 0 else little.height()
+    if not shown.ran or faded:
+        return None
+    x, y = corners[graph.order[shown.ran - 1]]
+    return QPointF(x, y + height / 2)
