@@ -216,6 +216,13 @@ class GraphView(QWidget):
         self.shown = Shown(graph, tick, ran, freed, self._sentence(moment, graph, tick, ran, freed))
         self._render()
 
+    def skip_animation(self) -> None:
+        """Show the running backward's whole traversal at once."""
+        if self._timer.isActive():
+            self._timer.stop()
+            if self._moment is not None:
+                self.draw(self._moment)
+
     def _advance(self) -> None:
         self._step += 1
         shown = self.shown
