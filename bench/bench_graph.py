@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_engine import LINEAR, MLP
 
-from gradviz.engine.graph import GraphCapture
+from gradviz.engine.graph import VIEW_VALUES, GraphCapture
 from gradviz.engine.lab import Lab, set_threads
 from gradviz.engine.loop import OpSlot
 from gradviz.engine.run import Run
@@ -59,7 +59,7 @@ def measure(scenario: Scenario, iterations: int, rounds: int) -> dict[str, float
     for run in labs["peer"].runs:
         run._perform = types.MethodType(_perform_without_observer, run)  # type: ignore[method-assign]
     for run in labs["on"].runs:
-        run.graph_observer = GraphCapture(keep=1)
+        run.graph_observer = GraphCapture(keep=1, values=VIEW_VALUES)
     for lab in labs.values():
         lab.run_iterations(5)  # optimizer state made, first calls out of the way
     times: dict[str, list[float]] = {name: [] for name in labs}

@@ -21,7 +21,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -51,8 +51,7 @@ class Uncopied:
 Grad = np.ndarray | Uncopied | None
 
 
-@dataclass(frozen=True)
-class SavedTensor:
+class SavedTensor(NamedTuple):
     """A tensor a node saved for backward (its attribute ``_saved_<name>``).
 
     ``freed`` is True once reading it back raises, as PyTorch does after a
@@ -68,8 +67,7 @@ class SavedTensor:
         return {"name": self.name, "shape": list(self.shape), "bytes": self.bytes, "freed": self.freed}
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
     """One autograd node.
 
     Attributes
@@ -123,8 +121,8 @@ class Graph:
     root:
         The loss's node (0), or ``None`` for a loss without ``grad_fn``.
     received:
-        For each node run: the gradients it received (its ``grad_outputs``), copied
-        (or, past the capture's size limit, their shapes: :class:`Uncopied`).
+        For each ``AccumulateGrad`` node run: the gradient it received, copied (what an
+        inner node receives is the sum of what its edges carried).
     sent:
         Aligned with ``edges``: the gradient that went along each edge (``None`` where none did).
     phase, iteration, micro:
@@ -420,14 +418,20 @@ class GraphCapture:
                 if n.saved:
                     freed = tuple(SavedTensor(s.name, s.shape, s.bytes, True) for s in n.saved)
                     nodes[i] = Node(n.id, n.name, n.kind, n.param, n.shape, freed)
+        # Copied: what went along each edge, and what each parameter leaf received (the ledger's
+        # figure); what an inner node received is the sum of its edges' and is not kept again.
         copied = _Copies(self.values)
-        received = {i: copied.take(outputs, i in walk.leaves) for i, outputs, _ in ran}
-        out = {i: copied.take(inputs, False) for i, _, inputs in ran}
-        copied.fill()
-        sent = tuple(
-            out[a][slot] if a in out and slot < len(out[a]) else None
-            for (a, _), slot in zip(g.edges, walk.slots, strict=True)
+        leaves = walk.leaves
+        received = {i: copied.take(outputs, True) for i, outputs, _ in ran if i in leaves}
+        out = {i: inputs for i, _, inputs in ran}
+        sent = copied.take(
+            [
+                out[a][slot] if a in out and slot < len(out[a]) else None
+                for (a, _), slot in zip(g.edges, walk.slots, strict=True)
+            ],
+            False,
         )
+        copied.fill()
         order = tuple(i for i, _, _ in ran)
         graph = Graph(
             tuple(nodes),
@@ -435,7 +439,7 @@ class GraphCapture:
             order,
             g.root,
             {i: tuple(got) for i, got in received.items()},
-            sent,
+            tuple(sent),
             g.phase,
             g.iteration,
             g.micro,

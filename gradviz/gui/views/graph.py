@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
-from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPainterPath, QPen, QPolygonF
+from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (
     QComboBox,
     QGraphicsScene,
@@ -51,6 +51,7 @@ RAN_COLOR = "#CC79A7"  # the backward's colour in the timeline and code
 ANIMATION_MS = 900  # one backward's traversal on Play and after a step, whatever its length
 GAP_X, GAP_Y = 14.0, 26.0
 MIN_SCALE, MAX_SCALE = 0.85, 1.6
+COMPACT_NODES = 60
 
 
 def layered(
@@ -136,6 +137,8 @@ class GraphView(QWidget):
         self.note = QLabel("")
         self.note.setWordWrap(True)
         self.scene = QGraphicsScene(self)
+        # Rebuilt at every draw and never searched: an index would only cost its upkeep.
+        self.scene.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.NoIndex)
         self.canvas = QGraphicsView(self.scene)
         self.canvas.setRenderHint(QPainter.RenderHint.Antialiasing)
         self.canvas.setFocusPolicy(Qt.FocusPolicy.NoFocus)
@@ -277,6 +280,8 @@ class GraphView(QWidget):
         )
         if shown is None or shown.graph is None or not shown.graph.nodes:
             return
+        # Smooth curves cost a large graph a third of its paint; its many edges read as well without.
+        self.canvas.setRenderHint(QPainter.RenderHint.Antialiasing, len(shown.graph.nodes) <= COMPACT_NODES)
         self._focus = draw_graph(
             self.scene,
             shown,
@@ -286,8 +291,7 @@ class GraphView(QWidget):
             self._font(False, 0.85),
             self._leaf_color(),
         )
-        rect = self.scene.itemsBoundingRect().adjusted(-6, -6, 6, 6)
-        self.scene.setSceneRect(rect)
+        rect = self.scene.sceneRect()
         self.canvas.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
         # Neither blown up (coarse) nor shrunk past reading: a tall graph scrolls, kept on the node
         # that ran last.
@@ -312,11 +316,13 @@ class GraphView(QWidget):
         assert graph is not None
         lit = {i: k + 1 for k, i in enumerate(graph.order[: shown.ran])}
         ledger = self._ledger(shown) if shown.ran else {}
+        # A large graph keeps to names and the additions into .grad: details would only crowd it.
+        compact = len(graph.nodes) > COMPACT_NODES
         boxes = []
         for node in graph.nodes:
             lines = [node.name if node.param is None else f"{node.param} · {node.name}"]
-            detail = [] if node.shape is None else ["(" + ", ".join(map(str, node.shape)) + ")"]
-            if node.saved:
+            detail = [] if node.shape is None or compact else ["(" + ", ".join(map(str, node.shape)) + ")"]
+            if node.saved and not compact:
                 total = sum(s.bytes for s in node.saved)
                 gone = node.saved[0].freed and (node.id in lit or shown.freed)
                 detail.append(f"saved {fmt_bytes(total)}" + (" · freed" if gone else ""))
@@ -328,7 +334,7 @@ class GraphView(QWidget):
             boxes.append(lines)
         labels = []
         for (a, _b), grad in zip(graph.edges, graph.sent, strict=False):
-            labels.append(grad_text(grad) if a in lit else "")
+            labels.append(grad_text(grad) if a in lit and not compact else "")
         return boxes, labels
 
     def _ledger(self, shown: Shown) -> dict[str, str]:
@@ -390,45 +396,56 @@ def draw_graph(
     boxes, labels = texts
     big, little = QFontMetricsF(bold), QFontMetricsF(small)
     pad = 6.0
+    # Graphs repeat their texts (class names, shapes): each is measured once.
+    measured: dict[tuple[bool, str], float] = {}
+
+    def advance(t: str, title: bool) -> float:
+        w = measured.get((title, t))
+        if w is None:
+            w = measured[(title, t)] = (big if title else little).horizontalAdvance(t)
+        return w
+
     widths = [
-        max([big.horizontalAdvance(lines[0])] + [little.horizontalAdvance(t) for t in lines[1:]]) + 2 * pad
-        for lines in boxes
+        max([advance(lines[0], True)] + [advance(t, False) for t in lines[1:]]) + 2 * pad for lines in boxes
     ]
     rows = max(len(lines) for lines in boxes)
     height = big.height() + (rows - 1) * little.height() + 2 * pad
     corners = layered(len(graph.nodes), graph.edges, widths, height)
     lit = set(graph.order[: shown.ran])
     faded = shown.freed
-    text = QColor(theme.muted if faded else "#1b1b1b")
-    line = QColor(theme.muted)
+    text = QBrush(QColor(theme.muted if faded else "#1b1b1b"))
     hot = QColor(RAN_COLOR)
-    # Edges first, under the boxes: from the bottom of a node to the top of each next function.
+    # Edges first, under the boxes, from the bottom of a node to the top of each next function:
+    # one path for the edges gradients went along, one for the rest (a few items paint fast).
+    paths = {True: QPainterPath(), False: QPainterPath()}
+    labelled = []
     for k, (a, b) in enumerate(graph.edges):
         (xa, ya), (xb, yb) = corners[a], corners[b]
-        start = QPointF(xa + widths[a] / 2, ya + height)
-        end = QPointF(xb + widths[b] / 2, yb)
+        sx, sy, ex, ey = xa + widths[a] / 2, ya + height, xb + widths[b] / 2, yb
         flowed = a in lit and not faded
-        pen = QPen(hot if flowed else line, 2.4 if flowed else 1.2)
-        path = QPainterPath(start)
-        mid = (start.y() + end.y()) / 2
-        path.cubicTo(QPointF(start.x(), mid), QPointF(end.x(), mid), end)
-        scene.addPath(path, pen)
-        head = QPolygonF([end, QPointF(end.x() - 4, end.y() - 7), QPointF(end.x() + 4, end.y() - 7)])
-        scene.addPolygon(head, pen, QBrush(pen.color()))
+        path = paths[flowed]
+        mid = (sy + ey) / 2
+        path.moveTo(sx, sy)
+        path.cubicTo(sx, mid, ex, mid, ex, ey)
+        path.moveTo(ex - 4, ey - 7)
+        path.lineTo(ex, ey)
+        path.lineTo(ex + 4, ey - 7)
         label = labels[k] if k < len(labels) else ""
         if label and flowed:
-            item = scene.addSimpleText(label, small)
-            r = item.boundingRect()
-            at = path.pointAtPercent(0.5)
-            back = scene.addRect(
-                QRectF(at.x() - r.width() / 2 - 2, at.y() - r.height() / 2, r.width() + 4, r.height()),
-                QPen(Qt.PenStyle.NoPen),
-                QBrush(QColor(theme.base)),
-            )
-            back.setZValue(2)
-            item.setPos(at.x() - r.width() / 2, at.y() - r.height() / 2)
-            item.setBrush(QBrush(QColor(theme.text)))
-            item.setZValue(3)
+            labelled.append((label, (sx + ex) / 2, mid))
+    scene.addPath(paths[False], QPen(QColor(theme.muted), 1.2))
+    scene.addPath(paths[True], QPen(hot, 2.4))
+    back = QBrush(QColor(theme.base))
+    for label, cx, cy in labelled:
+        w = little.horizontalAdvance(label)
+        h = little.height()
+        scene.addRect(QRectF(cx - w / 2 - 2, cy - h / 2, w + 4, h), QPen(Qt.PenStyle.NoPen), back).setZValue(
+            2
+        )
+        item = scene.addSimpleText(label, small)
+        item.setPos(cx - w / 2, cy - h / 2)
+        item.setBrush(QBrush(QColor(theme.text)))
+        item.setZValue(3)
     for node, lines, (x, y), w in zip(graph.nodes, boxes, corners, widths, strict=True):
         fill = QColor(KIND_FILL[node.kind])
         border = QColor(leaf_color if node.kind == "parameter" else "#555555")
@@ -439,17 +456,20 @@ def draw_graph(
             fill.setAlpha(110)
             border.setAlpha(140)
         pen = QPen(border, width, KIND_BORDER[node.kind])
-        rect = scene.addRect(QRectF(x, y, w, height), pen, QBrush(fill))
-        rect.setZValue(4)
-        ty = y + pad
-        for j, t in enumerate(lines):
-            if not t:
-                continue
-            item = scene.addSimpleText(t, bold if j == 0 else small)
-            item.setBrush(QBrush(text))
-            item.setPos(x + pad, ty)
-            item.setZValue(5)
-            ty += big.height() if j == 0 else little.height()
+        scene.addRect(QRectF(x, y, w, height), pen, QBrush(fill)).setZValue(4)
+        title = scene.addSimpleText(lines[0], bold)
+        title.setBrush(text)
+        title.setPos(x + pad, y + pad)
+        title.setZValue(5)
+        rest = "\n".join(t for t in lines[1:] if t)
+        if rest:
+            detail = scene.addSimpleText(rest, small)
+            detail.setBrush(text)
+            detail.setPos(x + pad, y + pad + big.height())
+            detail.setZValue(5)
+    right = max((x + w for (x, _), w in zip(corners, widths, strict=True)), default=0.0)
+    bottom = max((y for _, y in corners), default=0.0) + height
+    scene.setSceneRect(QRectF(-8, -8, right + 16, bottom + 16))
     if not shown.ran or faded:
         return None
     x, y = corners[graph.order[shown.ran - 1]]
