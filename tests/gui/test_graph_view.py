@@ -36,7 +36,9 @@ def window(qtbot):
 
 
 def texts(w) -> list[str]:
-    return [i.text() for i in w.graph.scene.items() if isinstance(i, QGraphicsSimpleTextItem)]
+    """Every line of text drawn in the graph."""
+    items = [i.text() for i in w.graph.scene.items() if isinstance(i, QGraphicsSimpleTextItem)]
+    return [line for text in items for line in text.split("\n")]
 
 
 def step(w, ops: int) -> None:
