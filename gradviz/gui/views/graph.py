@@ -246,7 +246,8 @@ class GraphView(QWidget):
         if not graph.order:
             leaves = sum(1 for node in graph.nodes if node.kind == "parameter")
             return (
-                f"forward() built this graph: {n} nodes, {leaves} parameter leaves. "
+                f"forward() built this graph: {n} nodes, {leaves} parameter "
+                f"{'leaf' if leaves == 1 else 'leaves'}. "
                 "backward() has not run yet."
             )
         if freed:
@@ -361,21 +362,23 @@ def fmt_bytes(n: int) -> str:
 
 
 def grad_text(grad: Any) -> str:
-    """An edge's gradient: its values when copied and short, else its shape."""
+    """An edge's gradient in a few characters: its values when copied and short, else its norm or shape."""
     if grad is None:
         return ""
-    if isinstance(grad, np.ndarray):
-        return fmt.array(grad, limit=3)
-    return "grad (" + ", ".join(map(str, grad.shape)) + ")"
+    if not isinstance(grad, np.ndarray):
+        return "(" + ", ".join(map(str, grad.shape)) + ")"
+    if grad.size <= 2:
+        return fmt.array(grad, limit=2)
+    return f"‖g‖ {fmt.number(float(np.linalg.norm(grad.astype(np.float64))), 3)}"
 
 
 def addition_text(before: np.ndarray | None, added: np.ndarray, after: np.ndarray | None) -> str:
     """What AccumulateGrad did to ``.grad``: ``-16 + -4 = -20``, or ``None → -4`` on a cleared one."""
     if before is None:
-        return f".grad: None → {fmt.array(after if after is not None else added, limit=2)}"
-    if added.size == 1:
-        return f".grad: {fmt.array(before)} + {fmt.array(added)} = {fmt.array(after)}"
-    return f".grad += {fmt.array(added, limit=2)}"
+        return f".grad: None → {grad_text(after if after is not None else added)}"
+    if added.size <= 2:
+        return f".grad: {grad_text(before)} + {grad_text(added)} = {grad_text(after)}"
+    return f".grad += {grad_text(added)}"
 
 
 def draw_graph(
@@ -432,7 +435,8 @@ def draw_graph(
         path.lineTo(ex + 4, ey - 7)
         label = labels[k] if k < len(labels) else ""
         if label and flowed:
-            labelled.append((label, (sx + ex) / 2, mid))
+            # Beside the arrow's head: edges leaving one node fan out, so their heads stand apart.
+            labelled.append((label, ex, ey - GAP_Y * 0.45))
     scene.addPath(paths[False], QPen(QColor(theme.muted), 1.2))
     scene.addPath(paths[True], QPen(hot, 2.4))
     back = QBrush(QColor(theme.base))
