@@ -55,7 +55,7 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
 def ours(graph: Graph) -> None:
     from gradviz.gui.views.graph import layered
 
-    layered(len(graph.nodes), graph.edges, [120.0] * len(graph.nodes), 40.0)
+    layered(len(graph.nodes), graph.edges, [120.0] * len(graph.nodes), [40.0] * len(graph.nodes))
 
 
 def grandalf_layout(graph: Graph) -> None:

@@ -147,7 +147,21 @@ def test_capture_only_while_the_view_is_shown(window):
 
 def test_layers_put_every_edge_downwards():
     edges = [(0, 1), (0, 2), (1, 3), (2, 3), (3, 4), (1, 4)]
-    corners = layered(5, edges, [40.0] * 5, 20.0)
+    corners = layered(5, edges, [40.0] * 5, [20.0] * 5)
     for a, b in edges:
         assert corners[a][1] < corners[b][1]
     assert torch.tensor([c[1] for c in corners]).unique().numel() == 4
+
+
+@pytest.mark.parametrize(
+    ("run", "layers"), [("no-detach", {"D.0", "D.2", "G.0", "G.2"}), ("detach", {"D.0", "D.2"})]
+)
+def test_one_box_per_layer_holds_each_module_s_nodes(window, run, layers):
+    w = window("gan-detach")
+    w.graph.set_run(run)
+    w.graph.grouped.setChecked(True)
+    step(w, 3)
+    titles = {t.split()[-1] for t in texts(w) if t.split()[-1].count(".") == 1 and t[0] in "#DG"}
+    assert titles == layers
+    # The activations between layers keep their own boxes (D runs twice: on real and on fake).
+    assert sum(t.endswith("TanhBackward0") for t in texts(w)) == tanhs

@@ -22,6 +22,7 @@ import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
 from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QGraphicsScene,
     QGraphicsView,
@@ -55,9 +56,9 @@ COMPACT_NODES = 60
 
 
 def layered(
-    count: int, edges: Sequence[tuple[int, int]], widths: Sequence[float], height: float
+    count: int, edges: Sequence[tuple[int, int]], widths: Sequence[float], heights: Sequence[float]
 ) -> list[tuple[float, float]]:
-    """Top-left corners of ``count`` boxes of ``widths`` and ``height``, node 0 on top.
+    """Top-left corners of ``count`` boxes of ``widths`` and ``heights``, node 0 on top.
 
     Each node's layer is its longest distance from node 0 (so every edge points
     down); within a layer nodes keep their walk order, then are sorted twice by
@@ -94,12 +95,86 @@ def layered(
     rows = [sum(widths[i] for i in layer) + GAP_X * (len(layer) - 1) for layer in layers]
     widest = max(rows, default=0.0)
     out = [(0.0, 0.0)] * count
+    y = 0.0
     for d, layer in enumerate(layers):
         x = (widest - rows[d]) / 2
         for i in layer:
-            out[i] = (x, d * (height + GAP_Y))
+            out[i] = (x, y)
             x += widths[i] + GAP_X
+        y += max((heights[i] for i in layer), default=0.0) + GAP_Y
     return out
+
+
+def module_groups(graph: Graph) -> dict[int, str]:
+    """Node id -> the module it belongs to, for the nodes of each parameterised layer.
+
+    A parameter's leaf belongs to its module (``D.0`` of ``D.0.weight``); so does an
+    operation all of whose next functions are leaves of one module (``TBackward0`` of a
+    weight), and then an operation with a next function among those (``AddmmBackward0``
+    beside its bias and transposed weight) unless another module claims it too. An
+    activation between layers stays apart, so the chain of layers keeps its shape.
+    """
+    group: dict[int, str] = {}
+    for node in graph.nodes:
+        if node.param is not None and "." in node.param:
+            group[node.id] = node.param.rsplit(".", 1)[0]
+    children: dict[int, list[int]] = {}
+    for a, b in graph.edges:
+        children.setdefault(a, []).append(b)
+    leaves = dict(group)
+    for node in graph.nodes:  # a weight's transpose: every next function a leaf of one module
+        kids = children.get(node.id, [])
+        owners = {leaves.get(k) for k in kids}
+        if kids and len(owners) == 1 and None not in owners:
+            group[node.id] = owners.pop()  # type: ignore[assignment]
+    anchors = dict(group)
+    for node in graph.nodes:  # the layer's own operation, beside its bias and transposed weight
+        claims = {anchors[k] for k in children.get(node.id, []) if k in anchors}
+        if node.id not in group and node.id != 0 and len(claims) == 1:
+            group[node.id] = claims.pop()
+    return group
+
+
+def collapse(graph: Graph, ran: int) -> tuple[Graph, int, dict[int, tuple[int, ...]]]:
+    """``graph`` with each module's nodes in one box; the boxes lit after ``ran`` nodes ran; and the
+    original nodes in each box."""
+    from gradviz.engine.graph import Graph as GraphType
+    from gradviz.engine.graph import Node
+
+    group = module_groups(graph)
+    new: dict[int, int] = {}
+    members: dict[int, list[int]] = {}
+    boxes: dict[str, int] = {}
+    for node in graph.nodes:
+        key = group.get(node.id)
+        if key is None:
+            new[node.id] = len(members)
+            members[new[node.id]] = [node.id]
+            continue
+        if key not in boxes:
+            boxes[key] = len(members)
+            members[boxes[key]] = []
+        new[node.id] = boxes[key]
+        members[boxes[key]].append(node.id)
+    nodes = []
+    for i, ids in members.items():
+        first = graph.nodes[ids[0]]
+        if len(ids) == 1 and group.get(ids[0]) is None:
+            nodes.append(first._replace(id=i))
+            continue
+        saved = tuple(s for j in ids for s in graph.nodes[j].saved)
+        nodes.append(Node(i, group[ids[0]], "parameter", None, None, saved))
+    edges: list[tuple[int, int]] = []
+    sent = []
+    for (a, b), grad in zip(graph.edges, graph.sent or (None,) * len(graph.edges), strict=True):
+        edge = (new[a], new[b])
+        if edge[0] != edge[1] and edge not in edges:
+            edges.append(edge)
+            sent.append(grad)
+    order = list(dict.fromkeys(new[i] for i in graph.order))
+    lit = len(dict.fromkeys(new[i] for i in graph.order[:ran]))
+    out = GraphType(tuple(nodes), tuple(edges), tuple(order), graph.root, {}, tuple(sent))
+    return out, lit, {i: tuple(ids) for i, ids in members.items()}
 
 
 @dataclass(frozen=True)
@@ -134,6 +209,11 @@ class GraphView(QWidget):
         self.runs = QComboBox()
         self.runs.setToolTip("Whose graph is drawn")
         self.runs.currentTextChanged.connect(self._on_run)
+        self.grouped = QCheckBox("One box per layer")
+        self.grouped.setToolTip(
+            "Draw each module's nodes (its operation, transposes and parameter leaves) as one box"
+        )
+        self.grouped.toggled.connect(lambda _=False: self._render())
         self.note = QLabel("")
         self.note.setWordWrap(True)
         self.scene = QGraphicsScene(self)
@@ -145,6 +225,7 @@ class GraphView(QWidget):
         head = QHBoxLayout()
         head.setContentsMargins(0, 0, 0, 0)
         head.addWidget(self.title, 1)
+        head.addWidget(self.grouped)
         head.addWidget(self.runs)
         box = QVBoxLayout(self)
         box.setContentsMargins(4, 4, 4, 4)
@@ -281,12 +362,18 @@ class GraphView(QWidget):
         )
         if shown is None or shown.graph is None or not shown.graph.nodes:
             return
+        members: dict[int, tuple[int, ...]] | None = None
+        drawn: Shown = shown
+        if self.grouped.isChecked():
+            graph, ran, members = collapse(shown.graph, shown.ran)
+            drawn = Shown(graph, shown.tick, ran, shown.freed, shown.note)
         # Smooth curves cost a large graph a third of its paint; its many edges read as well without.
-        self.canvas.setRenderHint(QPainter.RenderHint.Antialiasing, len(shown.graph.nodes) <= COMPACT_NODES)
+        count = len(drawn.graph.nodes) if drawn.graph is not None else 0
+        self.canvas.setRenderHint(QPainter.RenderHint.Antialiasing, count <= COMPACT_NODES)
         self._focus = draw_graph(
             self.scene,
-            shown,
-            self._texts(shown),
+            drawn,
+            self._texts(drawn, shown, members),
             self.theme,
             self._font(True),
             self._font(False, 0.85),
@@ -311,12 +398,17 @@ class GraphView(QWidget):
             return run_color(0)
         return run_color(self.info.run_index(self.run_name))
 
-    def _texts(self, shown: Shown) -> tuple[list[list[str]], list[str]]:
-        """Lines of each node's box and the label of each edge, at what has run so far."""
+    def _texts(
+        self, shown: Shown, full: Shown | None = None, members: dict[int, tuple[int, ...]] | None = None
+    ) -> tuple[list[list[str]], list[str]]:
+        """Lines of each node's box and the label of each edge, at what has run so far.
+
+        For a collapsed graph, ``full`` is the whole one and ``members`` the nodes in each box.
+        """
         graph = shown.graph
         assert graph is not None
         lit = {i: k + 1 for k, i in enumerate(graph.order[: shown.ran])}
-        ledger = self._ledger(shown) if shown.ran else {}
+        ledger = self._ledger(full or shown) if shown.ran else {}
         # A large graph keeps to names and the additions into .grad: details would only crowd it.
         compact = len(graph.nodes) > COMPACT_NODES
         boxes = []
@@ -328,10 +420,21 @@ class GraphView(QWidget):
                 gone = node.saved[0].freed and (node.id in lit or shown.freed)
                 detail.append(f"saved {fmt_bytes(total)}" + (" · freed" if gone else ""))
             lines.append("  ".join(detail))
+            inside = members.get(node.id, ()) if members is not None and full is not None else ()
+            if len(inside) > 1 and full is not None and full.graph is not None:
+                names = [full.graph.nodes[j].name for j in inside]
+                kinds = dict.fromkeys(n for n in names if n != "AccumulateGrad")
+                leaves = [full.graph.nodes[j].param for j in inside if full.graph.nodes[j].param]
+                lines[1] = " · ".join(f"{names.count(k)}× {k}" if names.count(k) > 1 else k for k in kinds)
+                lines.append("leaves: " + ", ".join(str(p).rsplit(".", 1)[-1] for p in leaves))
             if node.id in lit:
                 lines[0] = f"#{lit[node.id]} {lines[0]}"
                 if node.param is not None and node.param in ledger:
                     lines.append(ledger[node.param])
+                for j in inside:
+                    param = full.graph.nodes[j].param if full is not None and full.graph is not None else None
+                    if param is not None and param in ledger:
+                        lines.append(f"{param.rsplit('.', 1)[-1]} {ledger[param]}")
             boxes.append(lines)
         labels = []
         for (a, _b), grad in zip(graph.edges, graph.sent, strict=False):
@@ -411,9 +514,10 @@ def draw_graph(
     widths = [
         max([advance(lines[0], True)] + [advance(t, False) for t in lines[1:]]) + 2 * pad for lines in boxes
     ]
-    rows = max(len(lines) for lines in boxes)
-    height = big.height() + (rows - 1) * little.height() + 2 * pad
-    corners = layered(len(graph.nodes), graph.edges, widths, height)
+    heights = [
+        big.height() + max(len([t for t in lines[1:] if t]), 1) * little.height() + 2 * pad for lines in boxes
+    ]
+    corners = layered(len(graph.nodes), graph.edges, widths, heights)
     lit = set(graph.order[: shown.ran])
     faded = shown.freed
     text = QBrush(QColor(theme.muted if faded else "#1b1b1b"))
@@ -424,7 +528,7 @@ def draw_graph(
     labelled = []
     for k, (a, b) in enumerate(graph.edges):
         (xa, ya), (xb, yb) = corners[a], corners[b]
-        sx, sy, ex, ey = xa + widths[a] / 2, ya + height, xb + widths[b] / 2, yb
+        sx, sy, ex, ey = xa + widths[a] / 2, ya + heights[a], xb + widths[b] / 2, yb
         flowed = a in lit and not faded
         path = paths[flowed]
         mid = (sy + ey) / 2
@@ -450,7 +554,7 @@ def draw_graph(
         item.setPos(cx - w / 2, cy - h / 2)
         item.setBrush(QBrush(QColor(theme.text)))
         item.setZValue(3)
-    for node, lines, (x, y), w in zip(graph.nodes, boxes, corners, widths, strict=True):
+    for node, lines, (x, y), w, height in zip(graph.nodes, boxes, corners, widths, heights, strict=True):
         fill = QColor(KIND_FILL[node.kind])
         border = QColor(leaf_color if node.kind == "parameter" else "#555555")
         if node.id in lit and not faded:
@@ -472,9 +576,10 @@ def draw_graph(
             detail.setPos(x + pad, y + pad + big.height())
             detail.setZValue(5)
     right = max((x + w for (x, _), w in zip(corners, widths, strict=True)), default=0.0)
-    bottom = max((y for _, y in corners), default=0.0) + height
+    bottom = max((y + h for (_, y), h in zip(corners, heights, strict=True)), default=0.0)
     scene.setSceneRect(QRectF(-8, -8, right + 16, bottom + 16))
     if not shown.ran or faded:
         return None
-    x, y = corners[graph.order[shown.ran - 1]]
-    return QPointF(x, y + height / 2)
+    last = graph.order[shown.ran - 1]
+    x, y = corners[last]
+    return QPointF(x + widths[last] / 2, y + heights[last] / 2)
