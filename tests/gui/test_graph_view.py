@@ -154,9 +154,10 @@ def test_layers_put_every_edge_downwards():
 
 
 @pytest.mark.parametrize(
-    ("run", "layers"), [("no-detach", {"D.0", "D.2", "G.0", "G.2"}), ("detach", {"D.0", "D.2"})]
+    ("run", "layers", "tanhs"),
+    [("no-detach", {"D.0", "D.2", "G.0", "G.2"}, 3), ("detach", {"D.0", "D.2"}, 2)],
 )
-def test_one_box_per_layer_holds_each_module_s_nodes(window, run, layers):
+def test_one_box_per_layer_holds_each_module_s_nodes(window, run, layers, tanhs):
     w = window("gan-detach")
     w.graph.set_run(run)
     w.graph.grouped.setChecked(True)
