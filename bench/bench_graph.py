@@ -7,8 +7,9 @@ within a round):
 - ``peer``: each run's ``_perform`` as it was before the graph observer existed
   (no check at all), bound to the run;
 - ``off``: the shipped code with no observer set (what every lab pays);
-- ``on``: a :class:`~gradviz.engine.graph.GraphCapture` on every run, walking each
-  forward's graph and hooking every node of each backward.
+- ``on``: a :class:`~gradviz.engine.graph.GraphCapture` on every run as the graph view
+  sets it (values up to ``VIEW_VALUES`` elements), walking each forward's graph and
+  hooking every node of each backward.
 
 Run: ``python bench/bench_graph.py [--iterations N] [--rounds R]``.
 """

@@ -9,8 +9,9 @@ attributes). ``AccumulateGrad`` leaves are named after the run's parameters.
 During ``backward()``, :class:`GraphCapture` (an observer a :class:`~gradviz.engine.run.Run`
 calls only when one is set) puts autograd's own node hooks on every node of the
 walked graph: the order they fire in is PyTorch's execution order, and the
-gradients they see are the ones that flowed, not recomputed. Afterwards each
-saved tensor is read again: PyTorch refuses (``RuntimeError``) for those it freed.
+gradients they see are the ones that flowed, not recomputed. Afterwards a saved
+tensor of a node that ran is read again: PyTorch refuses (``RuntimeError``) once
+the backward freed the graph, which it does for every node it ran at once.
 """
 
 from __future__ import annotations
