@@ -94,17 +94,20 @@ def main() -> None:
     }
     print(f"per op, {args.rounds} rounds of {args.iterations} iterations; ratios against the peer")
     print(f"{'scenario':<12} {'peer us':>8} {'off us':>8} {'on us':>8} {'off/peer':>9} {'on/peer':>8}")
-    worst = 0.0
+    worst = worst_on = 0.0
     for name, sc in scenarios.items():
         sc = sc.with_overrides(iterations=max(sc.iterations, 10 * args.iterations), device="cpu")
         m = measure(sc, args.iterations, args.rounds)
         worst = max(worst, m["off"])
+        worst_on = max(worst_on, m["on"])
         print(
             f"{name:<12} {m['peer_us']:>8.1f} {m['off_us']:>8.1f} {m['on_us']:>8.1f} "
             f"{m['off']:>9.3f} {m['on']:>8.2f}"
         )
     verdict = "within" if worst <= TARGET else "OVER"
     print(f"no observer set: worst {worst:.3f}x the peer, {verdict} the target of {TARGET:.2f}x")
+    verdict = "within" if worst_on <= TARGET else "OVER"
+    print(f"graph captured: worst {worst_on:.2f}x the peer, {verdict} the target of {TARGET:.2f}x")
 
 
 if __name__ == "__main__":
