@@ -386,7 +386,11 @@ class GraphView(QWidget):
         scale = min(max(self.canvas.transform().m11(), MIN_SCALE), MAX_SCALE)
         self.canvas.resetTransform()
         self.canvas.scale(scale, scale)
-        if self._focus is not None:
+        if self._focus is not None and self._focus.y() < 0:
+            # Nothing running: the top, where the loss is, in view.
+            half = self.canvas.viewport().height() / (2 * scale)
+            self.canvas.centerOn(QPointF(self._focus.x(), self._focus.y() + half))
+        elif self._focus is not None:
             self.canvas.centerOn(self._focus)
 
     def resizeEvent(self, event: Any) -> None:
@@ -492,9 +496,9 @@ def draw_graph(
     bold: QFont,
     small: QFont,
     leaf_color: str,
-) -> QPointF | None:
+) -> QPointF:
     """Lay out and add the boxes, edges and labels of ``shown`` to ``scene``; the centre of the
-    node that ran last (``None`` before the backward)."""
+    node that ran last, or, where none is running, the top of the scene above the loss."""
     from PySide6.QtGui import QFontMetricsF
 
     graph = shown.graph
@@ -579,7 +583,7 @@ def draw_graph(
     bottom = max((y + h for (_, y), h in zip(corners, heights, strict=True)), default=0.0)
     scene.setSceneRect(QRectF(-8, -8, right + 16, bottom + 16))
     if not shown.ran or faded:
-        return None
+        return QPointF(corners[0][0] + widths[0] / 2, -8.0)
     last = graph.order[shown.ran - 1]
     x, y = corners[last]
     return QPointF(x + widths[last] / 2, y + heights[last] / 2)
