@@ -250,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated from surface,grads,code,timeline (default: those of all, or with "
         "--presentation of code,surface,grads, that --size holds readably) and surface3d, "
         "the 3-D surface (needs OpenGL: run under xvfb-run -a "
-        "without a display)",
+        "without a display), and graph, the autograd graph each forward builds and backward walks",
     )
     e.add_argument("--caption", choices=("narration", "none"), default="narration", help="sentence per frame")
     e.add_argument(

@@ -9,22 +9,25 @@ attributes). ``AccumulateGrad`` leaves are named after the run's parameters.
 During ``backward()``, :class:`GraphCapture` (an observer a :class:`~gradviz.engine.run.Run`
 calls only when one is set) puts autograd's own node hooks on every node of the
 walked graph: the order they fire in is PyTorch's execution order, and the
-gradients they see are the ones that flowed, not recomputed. Afterwards each
-saved tensor is read again: PyTorch refuses (``RuntimeError``) for those it freed.
+gradients they see are the ones that flowed, not recomputed. Afterwards a saved
+tensor of a node that ran is read again: PyTorch refuses (``RuntimeError``) once
+the backward freed the graph, which it does for every node it ran at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import torch
 
+from gradviz.engine.copying import flat_copy
 from gradviz.engine.errors import UserError, one_line, quoted
 
 if TYPE_CHECKING:
@@ -34,11 +37,22 @@ if TYPE_CHECKING:
 
 Kind = Literal["loss", "operation", "parameter", "input"]
 FORMATS = (".json", ".dot", ".svg", ".png")
+# A graph view shows the values of gradients up to this many elements (and shapes of larger ones).
+VIEW_VALUES = 16
 _SAVED = "_saved_"
 
 
 @dataclass(frozen=True)
-class SavedTensor:
+class Uncopied:
+    """A gradient larger than a capture copies: only its shape is kept."""
+
+    shape: tuple[int, ...]
+
+
+Grad = np.ndarray | Uncopied | None
+
+
+class SavedTensor(NamedTuple):
     """A tensor a node saved for backward (its attribute ``_saved_<name>``).
 
     ``freed`` is True once reading it back raises, as PyTorch does after a
@@ -54,8 +68,7 @@ class SavedTensor:
         return {"name": self.name, "shape": list(self.shape), "bytes": self.bytes, "freed": self.freed}
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
     """One autograd node.
 
     Attributes
@@ -109,7 +122,8 @@ class Graph:
     root:
         The loss's node (0), or ``None`` for a loss without ``grad_fn``.
     received:
-        For each node run: the gradients it received (its ``grad_outputs``), copied.
+        For each ``AccumulateGrad`` node run: the gradient it received, copied (what an
+        inner node receives is the sum of what its edges carried).
     sent:
         Aligned with ``edges``: the gradient that went along each edge (``None`` where none did).
     phase, iteration, micro:
@@ -120,8 +134,8 @@ class Graph:
     edges: tuple[tuple[int, int], ...]
     order: tuple[int, ...] = ()
     root: int | None = 0
-    received: Mapping[int, tuple[np.ndarray | None, ...]] = field(default_factory=dict)
-    sent: tuple[np.ndarray | None, ...] = ()
+    received: Mapping[int, tuple[Grad, ...]] = field(default_factory=dict)
+    sent: tuple[Grad, ...] = ()
     phase: str | None = None
     iteration: int | None = None
     micro: int = 0
@@ -137,7 +151,7 @@ class Graph:
         out: dict[str, np.ndarray | None] = {}
         for name, i in self.params.items():
             got = self.received.get(i)
-            out[name] = got[0] if got else None
+            out[name] = got[0] if got and isinstance(got[0], np.ndarray) else None
         return out
 
     def to_dict(self, **header: Any) -> dict[str, Any]:
@@ -194,15 +208,8 @@ def _dot_string(text: str) -> str:
 _saved_names: dict[type, list[str]] = {}
 
 
-def _holds_tensors(value: Any) -> bool:
-    """Whether a saved value is (or may be, where ``None`` or empty) a tensor or a list of them."""
-    if value is None or isinstance(value, torch.Tensor):
-        return True
-    return isinstance(value, list | tuple) and (not value or isinstance(value[0], torch.Tensor))
-
-
-def _saved(node: Any) -> tuple[list[SavedTensor], list[str]]:
-    """The tensors ``node`` holds for backward, and the attributes they came from.
+def _saved(node: Any) -> tuple[tuple[SavedTensor, ...], str | None]:
+    """The tensors ``node`` holds for backward, and the first attribute that held one.
 
     An attribute found holding something else (``alpha``, ``dim``, sizes) is
     not read again for that class of node.
@@ -212,26 +219,27 @@ def _saved(node: Any) -> tuple[list[SavedTensor], list[str]]:
     if names is None:
         names = _saved_names[cls] = [a for a in dir(node) if a.startswith(_SAVED)]
     out: list[SavedTensor] = []
-    where: list[str] = []
+    first = None
     for attr in tuple(names):
         try:
             value = getattr(node, attr)
         except RuntimeError:  # freed already (a graph walked after its backward)
             continue
-        if not _holds_tensors(value):
+        if isinstance(value, torch.Tensor):
+            out.append(SavedTensor(attr[len(_SAVED) :], tuple(value.shape), value.nbytes))
+        elif value is None:
+            continue
+        elif isinstance(value, list | tuple) and (not value or isinstance(value[0], torch.Tensor)):
+            name = attr[len(_SAVED) :]
+            for k, v in enumerate(value):
+                if isinstance(v, torch.Tensor):
+                    out.append(SavedTensor(f"{name}[{k}]", tuple(v.shape), v.nbytes))
+        else:
             names.remove(attr)
             continue
-        name = attr[len(_SAVED) :]
-        items = (
-            [(f"{name}[{i}]", v) for i, v in enumerate(value)]
-            if isinstance(value, list | tuple)
-            else [(name, value)]
-        )
-        for label, v in items:
-            if isinstance(v, torch.Tensor):
-                out.append(SavedTensor(label, tuple(v.shape), v.nelement() * v.element_size()))
-                where.append(attr)
-    return out, where
+        if first is None and out:
+            first = attr
+    return tuple(out), first
 
 
 def _shape(node: Any) -> tuple[int, ...] | None:
@@ -248,23 +256,31 @@ class _Walk:
 
     graph: Graph
     live: list[Any]
-    saved_from: list[list[str]]
+    # For each node: the first attribute holding a tensor it saved (read again to learn if it was freed).
+    probe: list[str | None]
     # For each edge: the index of its node's next_functions entry (the slot of grad_inputs it gets).
     slots: list[int]
+    # The ids of the parameters' AccumulateGrad nodes (what they add is always copied).
+    leaves: frozenset[int] = frozenset()
 
 
-def _walk(loss: torch.Tensor, params: Mapping[int, str]) -> _Walk:
+def _walk(
+    loss: torch.Tensor,
+    params: Mapping[int, str],
+    phase: str | None = None,
+    iteration: int | None = None,
+    micro: int = 0,
+) -> _Walk:
     root = loss.grad_fn
     if root is None:
-        return _Walk(Graph((), (), root=None), [], [], [])
+        return _Walk(Graph((), (), root=None, phase=phase, iteration=iteration, micro=micro), [], [], [])
     ids: dict[Any, int] = {root: 0}
-    live = [root]
+    live: list[Any] = [root]
     edges: list[tuple[int, int]] = []
     slots: list[int] = []
     i = 0
     while i < len(live):
-        node = live[i]
-        for slot, (nxt, _) in enumerate(node.next_functions):
+        for slot, (nxt, _) in enumerate(live[i].next_functions):
             if nxt is None:
                 continue
             j = ids.get(nxt)
@@ -275,23 +291,26 @@ def _walk(loss: torch.Tensor, params: Mapping[int, str]) -> _Walk:
             slots.append(slot)
         i += 1
     nodes: list[Node] = []
-    saved_from: list[list[str]] = []
+    probe: list[str | None] = []
+    leaves = []
     for i, node in enumerate(live):
         name = type(node).__name__
-        param = None
         kind: Kind = "loss" if i == 0 else "operation"
-        variable = getattr(node, "variable", None) if name == "AccumulateGrad" else None
-        if isinstance(variable, torch.Tensor):
+        if name == "AccumulateGrad":
+            variable = node.variable
             param = params.get(id(variable))
             if i:
                 kind = "parameter" if param is not None else "input"
-        saved, where = _saved(node)
-        shape = _shape(node)
-        if shape is None and isinstance(variable, torch.Tensor):
-            shape = tuple(variable.shape)
-        nodes.append(Node(i, name, kind, param, shape, tuple(saved)))
-        saved_from.append(where)
-    return _Walk(Graph(tuple(nodes), tuple(edges)), live, saved_from, slots)
+            if param is not None:
+                leaves.append(i)
+            nodes.append(Node(i, name, kind, param, tuple(variable.shape)))
+            probe.append(None)
+            continue
+        saved, first = _saved(node)
+        nodes.append(Node(i, name, kind, None, _shape(node), saved))
+        probe.append(first)
+    graph = Graph(tuple(nodes), tuple(edges), phase=phase, iteration=iteration, micro=micro)
+    return _Walk(graph, live, probe, slots, frozenset(leaves))
 
 
 def graph_of(loss: torch.Tensor, params: Mapping[int, str] | None = None) -> Graph:
@@ -312,15 +331,6 @@ def run_params(run: Run) -> dict[int, str]:
     return {id(t): name for name, t in zip(run.names, run.tensors, strict=True)}
 
 
-def _copy(t: torch.Tensor | None) -> np.ndarray | None:
-    if t is None:
-        return None
-    t = t.detach()
-    if t.dtype in (torch.bfloat16, torch.float16):
-        t = t.float()
-    return t.to("cpu", copy=True).numpy()
-
-
 # ---------------------------------------------------------------- the observer
 
 
@@ -331,22 +341,28 @@ class GraphCapture:
     each forward and :meth:`backward` around each ``loss.backward()``. Nothing
     is walked or hooked while no observer is set.
 
+    Parameters
+    ----------
+    keep:
+        At most this many graphs are kept (the newest); ``None`` keeps all.
+    values:
+        Gradients of more elements than this keep only their shape (:class:`Uncopied`),
+        except what each parameter's ``AccumulateGrad`` adds, which is always copied
+        (it is the ledger's figure); ``None`` copies every gradient.
+
     Attributes
     ----------
-    pending:
-        By phase: the graph of the latest forward, not yet backwarded.
     graphs:
         One :class:`Graph` per ``backward()`` observed, in order, with its execution
         order, the gradients that flowed and freed saved tensors marked.
-    keep:
-        At most this many graphs are kept (the newest); ``None`` keeps all.
     """
 
-    def __init__(self, keep: int | None = None) -> None:
+    def __init__(self, keep: int | None = None, values: int | None = None) -> None:
         self.keep = keep
         self.graphs: list[Graph] = []
         self._walks: dict[str, _Walk] = {}
         self._params: tuple[Run, dict[int, str]] | None = None
+        self.values = values
 
     @property
     def pending(self) -> dict[str, Graph]:
@@ -358,54 +374,76 @@ class GraphCapture:
             self._params = (run, run_params(run))
         return self._params[1]
 
-    def forward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> None:
-        """Walk the graph ``loss`` has just been given."""
-        walk = _walk(loss, self._names(run))
-        walk.graph = replace(walk.graph, phase=slot.phase, iteration=iteration, micro=slot.micro)
-        self._walks[slot.phase] = walk
+    def _walked(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> _Walk:
+        return _walk(loss, self._names(run), slot.phase, iteration, slot.micro)
+
+    def forward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> Graph:
+        """Walk the graph ``loss`` has just been given; returns it (nothing has run in it yet)."""
+        walk = self._walks[slot.phase] = self._walked(run, slot, iteration, loss)
+        return walk.graph
 
     @contextlib.contextmanager
     def backward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> Iterator[None]:
-        """Hook every node of the walked graph while the ``with`` body runs ``loss.backward()``."""
+        """Hook every node of the walked graph while the ``with`` body runs ``loss.backward()``.
+
+        One post hook per node: it fires right after the node ran, so the hooks'
+        order is the execution order, and it sees both the gradients the node
+        received and those it sent along each of its edges. The hooks only keep
+        those tensors; they are copied once the backward is done. Holding them
+        is what keeps them unchanged meanwhile: autograd adds into a gradient
+        in place, or hands it over as ``.grad``, only when nothing else refers to it.
+        """
         walk = self._walks.pop(slot.phase, None)
         if walk is None or not walk.live or walk.live[0] is not loss.grad_fn:
-            walk = _walk(loss, self._names(run))
-            walk.graph = replace(walk.graph, phase=slot.phase, iteration=iteration, micro=slot.micro)
-        order: list[int] = []
-        received: dict[int, tuple[np.ndarray | None, ...]] = {}
-        sent: dict[tuple[int, int], np.ndarray | None] = {}
-        handles = []
-        for i, node in enumerate(walk.live):
-            handles.append(node.register_prehook(_before(i, order, received)))
-            handles.append(node.register_hook(_after(i, sent)))
+            walk = self._walked(run, slot, iteration, loss)
+        ran: list[tuple[int, Sequence[torch.Tensor | None], Sequence[torch.Tensor | None]]] = []
+        handles = [node.register_hook(functools.partial(_ran, i, ran)) for i, node in enumerate(walk.live)]
         try:
             yield
         finally:
             for h in handles:
                 h.remove()
-        self._finish(walk, order, received, sent)
+        self._finish(walk, ran)
 
     def _finish(
-        self,
-        walk: _Walk,
-        order: list[int],
-        received: dict[int, tuple[np.ndarray | None, ...]],
-        sent: dict[tuple[int, int], np.ndarray | None],
+        self, walk: _Walk, ran: list[tuple[int, Sequence[torch.Tensor | None], Sequence[torch.Tensor | None]]]
     ) -> None:
-        nodes = []
-        for node, live, where in zip(walk.graph.nodes, walk.live, walk.saved_from, strict=True):
-            if node.saved:
-                freed = {attr: _freed(live, attr) for attr in set(where)}
-                saved = tuple(
-                    SavedTensor(s.name, s.shape, s.bytes, freed[a])
-                    for s, a in zip(node.saved, where, strict=True)
-                )
-                node = Node(node.id, node.name, node.kind, node.param, node.shape, saved)
-            nodes.append(node)
-        flowed = tuple(sent.get((a, slot)) for (a, _), slot in zip(walk.graph.edges, walk.slots, strict=True))
         g = walk.graph
+        nodes = list(g.nodes)
+        # A backward without retain_graph frees the saved tensors of every node it runs: reading one
+        # of them back (PyTorch raises once it is freed) tells for all of them.
+        probe = next(((i, walk.probe[i]) for i, _, _ in ran if walk.probe[i] is not None), None)
+        if probe is not None and _freed(walk.live[probe[0]], probe[1]):  # type: ignore[arg-type]
+            for i, _, _ in ran:
+                n = nodes[i]
+                if n.saved:
+                    freed = tuple(SavedTensor(s.name, s.shape, s.bytes, True) for s in n.saved)
+                    nodes[i] = Node(n.id, n.name, n.kind, n.param, n.shape, freed)
+        # Copied: what went along each edge, and what each parameter leaf received (the ledger's
+        # figure); what an inner node received is the sum of its edges' and is not kept again.
+        copied = _Copies(self.values)
+        leaves = walk.leaves
+        received = {i: copied.take(outputs, True) for i, outputs, _ in ran if i in leaves}
+        out = {i: inputs for i, _, inputs in ran}
+        sent = copied.take(
+            [
+                out[a][slot] if a in out and slot < len(out[a]) else None
+                for (a, _), slot in zip(g.edges, walk.slots, strict=True)
+            ],
+            False,
+        )
+        copied.fill()
+        order = tuple(i for i, _, _ in ran)
         graph = Graph(
-            tuple(nodes), g.edges, tuple(order), g.root, received, flowed, g.phase, g.iteration, g.micro
+            tuple(nodes),
+            g.edges,
+            order,
+            g.root,
+            {i: tuple(got) for i, got in received.items()},
+            tuple(sent),
+            g.phase,
+            g.iteration,
+            g.micro,
         )
         walk.live.clear()  # the nodes (and what they still hold) go with the graph's last reference
         self.graphs.append(graph)
@@ -413,20 +451,55 @@ class GraphCapture:
             del self.graphs[: len(self.graphs) - self.keep]
 
 
-def _before(i: int, order: list[int], received: dict[int, tuple[np.ndarray | None, ...]]) -> Any:
-    def hook(grad_outputs: Sequence[torch.Tensor | None]) -> None:
-        order.append(i)
-        received[i] = tuple(map(_copy, grad_outputs))
+def _ran(
+    i: int,
+    ran: list[tuple[int, Sequence[torch.Tensor | None], Sequence[torch.Tensor | None]]],
+    grad_inputs: Sequence[torch.Tensor | None],
+    grad_outputs: Sequence[torch.Tensor | None],
+) -> None:
+    ran.append((i, grad_outputs, grad_inputs))
 
-    return hook
 
+class _Copies:
+    """Gradients copied together into one array (past the size limit: their shapes only).
 
-def _after(i: int, sent: dict[tuple[int, int], np.ndarray | None]) -> Any:
-    def hook(grad_inputs: Sequence[torch.Tensor | None], grad_outputs: Sequence[torch.Tensor | None]) -> None:
-        for slot, g in enumerate(grad_inputs):
-            sent[(i, slot)] = _copy(g)
+    A gradient sent along an edge is often the very tensor the next node
+    receives: each tensor is copied once.
+    """
 
-    return hook
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.tensors: dict[int, torch.Tensor] = {}
+        self.places: list[tuple[list[Grad], int, int]] = []
+
+    def take(self, grads: Sequence[torch.Tensor | None], full: bool) -> list[Grad]:
+        """A list that :meth:`fill` completes with the copies of ``grads``."""
+        out: list[Grad] = []
+        for t in grads:
+            if t is not None and (full or self.limit is None or t.numel() <= self.limit):
+                self.tensors[id(t)] = t
+                self.places.append((out, len(out), id(t)))
+                out.append(None)
+            else:
+                out.append(None if t is None else Uncopied(tuple(t.shape)))
+        return out
+
+    def fill(self) -> None:
+        if not self.tensors:
+            return
+        tensors = list(self.tensors.values())
+        try:
+            flat = torch._C._nn.flatten_dense_tensors(tensors).to("cpu").numpy()
+        except (RuntimeError, TypeError):  # mixed dtypes or devices, or a dtype numpy lacks
+            flat = flat_copy(tensors)
+        arrays: dict[int, np.ndarray] = {}
+        at = 0
+        for t in tensors:
+            n = t.numel()
+            arrays[id(t)] = flat[at : at + n].reshape(t.shape)
+            at += n
+        for out, k, key in self.places:
+            out[k] = arrays[key]
 
 
 def _freed(node: Any, attr: str) -> bool:

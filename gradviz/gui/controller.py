@@ -52,6 +52,7 @@ class Controller(QObject):
     _plan = Signal(object, int, int, str)
     _evaluate = Signal(object, int)
     _reveal = Signal(object, int)
+    _capture = Signal(bool)
 
     def __init__(self, threaded: bool = True, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -88,6 +89,7 @@ class Controller(QObject):
         self.worker.failed.connect(self._on_failed)
         self._reveal.connect(self.worker.reveal)
         self.worker.revealed.connect(self._on_revealed)
+        self._capture.connect(self.worker.capture_graphs)
         self._play_until: int | None = None
 
         self.info: LabInfo | None = None
@@ -117,6 +119,10 @@ class Controller(QObject):
                 thread.quit()
                 thread.wait(5000)
         self.lab_thread = self.surface_thread = None
+
+    def capture_graphs(self, on: bool) -> None:
+        """Have the worker capture autograd graphs from the next op on (a graph view is shown), or stop."""
+        self._capture.emit(on)
 
     def _set_busy(self, busy: bool) -> None:
         if busy != self.busy:

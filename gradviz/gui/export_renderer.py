@@ -130,6 +130,7 @@ class FrameRenderer:
         self.controller.plane_ready.connect(self._on_plane)
         self.controller.plane_failed.connect(self._on_plane_failed)
         self.controller.revealed.connect(self._on_revealed)
+        self.controller.capture_graphs("graph" in style.views)
         self._plane_error = ""
         self._plane: PlaneSurface | None = None
         self._reveals: dict[int, tuple[Reveal, ...]] = {}

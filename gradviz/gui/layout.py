@@ -26,7 +26,7 @@ class ViewSpec:
     Attributes
     ----------
     name:
-        ``code``, ``grads``, ``surface``, ``timeline`` or ``surface3d``.
+        ``code``, ``grads``, ``surface``, ``timeline``, ``surface3d`` or ``graph``.
     title:
         What menus call it.
     target:
@@ -61,10 +61,14 @@ VIEWS: dict[str, ViewSpec] = {
         ViewSpec(
             "surface3d", "3-D surface", "gradviz.gui.views.surface3d:Surface3DView", (300, 260), default=False
         ),
+        # Capturing the graph costs every op a little, so it is shown only when asked for.
+        ViewSpec("graph", "Autograd graph", "gradviz.gui.views.graph:GraphView", (340, 260), default=False),
     )
 }
 DEFAULT_VIEWS: tuple[str, ...] = tuple(name for name, spec in VIEWS.items() if spec.default)
 PRESENTATION_VIEWS: tuple[str, ...] = ("code", "surface", "grads")
+# The views the View menu and presentation mode list (the 3-D surface has its own action).
+MENU_VIEWS: tuple[str, ...] = tuple(name for name in VIEWS if name != "surface3d")
 # Presentation type is larger, but plots need not grow with it as much.
 PRESENTATION_MIN_SCALE = 1.3
 
@@ -127,7 +131,7 @@ class Layout:
 WINDOW_LAYOUT = Layout(
     (
         Column((Cell(("code",), 3), Cell(("grads",), 2)), 5, "left"),
-        Column((Cell(("surface", "surface3d"), 3), Cell(("timeline",), 2)), 6, "right"),
+        Column((Cell(("surface", "surface3d", "graph"), 3), Cell(("timeline",), 2)), 6, "right"),
     )
 )
 

@@ -143,11 +143,16 @@ class Entry:
     param_norm: float
     status: str
     record: OpRecord | None
+    # The autograd graph a forward built or a backward walked (gradviz.engine.graph.Graph), while captured.
+    graph: Any = None
 
 
-def entries_since(lab: Lab, known: Mapping[str, int]) -> dict[str, tuple[Entry, ...]]:
+def entries_since(
+    lab: Lab, known: Mapping[str, int], graphs: dict[tuple[str, int], Any] | None = None
+) -> dict[str, tuple[Entry, ...]]:
     """Each run's ops from op ``known[run]`` on (0 where absent), as the window keeps them.
 
+    ``graphs`` holds captured autograd graphs by (run, tick); each one taken goes with its op.
     Call it where the lab lives; records and scalars are copies, so the result can cross threads.
     """
     tpi = lab.ticks_per_iteration
@@ -165,7 +170,8 @@ def entries_since(lab: Lab, known: Mapping[str, int]) -> dict[str, tuple[Entry, 
                 status = run.status if i == len(h) - 1 else "running"
             j = i - h.forgotten
             op, line = (slot.op, slot.line) if slot else ("forward", 0)
-            new.append(Entry(tick, op, line, h.loss[j], h.grad_norm[j], h.param_norm[j], status, rec))
+            graph = graphs.pop((run.name, tick), None) if graphs else None
+            new.append(Entry(tick, op, line, h.loss[j], h.grad_norm[j], h.param_norm[j], status, rec, graph))
         out[run.name] = tuple(new)
     return out
 
@@ -254,6 +260,7 @@ class RunTape:
     param_norm: list[float] = field(default_factory=list)
     statuses: list[str] = field(default_factory=list)
     records: list[OpRecord | None] = field(default_factory=list)
+    graphs: list[Any] = field(default_factory=list)
     error: str | None = None
 
     def __len__(self) -> int:
@@ -274,6 +281,7 @@ class RunTape:
             self.param_norm,
             self.statuses,
             self.records,
+            self.graphs,
         ):
             del column[keep:]
 
@@ -311,6 +319,7 @@ class Tape:
                 rt.param_norm.append(e.param_norm)
                 rt.statuses.append(e.status)
                 rt.records.append(e.record)
+                rt.graphs.append(e.graph)
                 ticks.add(e.tick)
             rt.error = result.errors.get(name, rt.error)
         self.op_ticks.extend(sorted(t for t in ticks if t > self.last_tick))
@@ -462,6 +471,19 @@ class Moment:
                 return self.tape.record(run, i)
             i -= 1
         return None
+
+    def graph(self, run: str) -> tuple[Any, int]:
+        """The run's newest captured autograd graph at or before this moment, and the tick of its op
+        (``(None, -1)`` when none was captured since the last forward)."""
+        rt = self.tape.runs[run]
+        i = rt.index_at(self.tick)
+        while i >= 0:
+            if rt.graphs[i] is not None:
+                return rt.graphs[i], rt.ticks[i]
+            if rt.ops[i] == "forward":
+                return None, -1
+            i -= 1
+        return None, -1
 
     def backward_count(self, run: str) -> int:
         """How many backward calls have added to ``.grad`` since it was last cleared."""

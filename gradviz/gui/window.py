@@ -34,6 +34,7 @@ from gradviz.gui.controller import SPEEDS, Controller
 from gradviz.gui.findings_list import FindingsList
 from gradviz.gui.layout import (
     DEFAULT_VIEWS,
+    MENU_VIEWS,
     PRESENTATION_VIEWS,
     VIEWS,
     WINDOW_LAYOUT,
@@ -55,6 +56,7 @@ from gradviz.gui.theme import (
 )
 from gradviz.gui.views.code import CodeView
 from gradviz.gui.views.grads import GradsView
+from gradviz.gui.views.graph import GraphView
 from gradviz.gui.views.scenario_bar import ScenarioBar
 from gradviz.gui.views.surface import SurfaceView
 from gradviz.gui.views.surface3d import Surface3DView
@@ -111,11 +113,13 @@ class MainWindow(QMainWindow):
         self.surface3d.setVisible(False)
         self.grads = GradsView()
         self.timeline = TimelineView()
+        self.graph = GraphView()
         self.panels: dict[str, QWidget] = {
             "code": self.code,
             "surface": self.surface,
             "grads": self.grads,
             "timeline": self.timeline,
+            "graph": self.graph,
         }
         self.split, self.columns = _splitters({**self.panels, "surface3d": self.surface3d}, tuple(VIEWS))
         self.left, self.right = self.columns["left"], self.columns["right"]
@@ -222,14 +226,14 @@ class MainWindow(QMainWindow):
         self.act_3d.toggled.connect(self.set_surface3d)
         self.addAction(self.act_3d)
         self.act_panels: dict[str, QAction] = {}
-        for key in DEFAULT_VIEWS:
+        for key in MENU_VIEWS:
             act = QAction(VIEWS[key].title, self)
             act.setCheckable(True)
-            act.setChecked(True)
+            act.setChecked(key in DEFAULT_VIEWS)
             act.toggled.connect(lambda on, k=key: self.show_panel(k, on))
             self.act_panels[key] = act
         self.act_present_panels: dict[str, QAction] = {}
-        for key in DEFAULT_VIEWS:
+        for key in MENU_VIEWS:
             act = QAction(VIEWS[key].title, self)
             act.setCheckable(True)
             act.toggled.connect(lambda on, k=key: self._presentation_panel(k, on))
@@ -335,6 +339,7 @@ class MainWindow(QMainWindow):
         self.surface.set_lab(info)
         self.grads.set_lab(info)
         self.timeline.set_lab(info)
+        self.graph.set_lab(info)
         self.scenario_bar.set_lab(info, self.code.run_name)
         if self.lesson.active:  # the stops were the old lab's
             self.set_lesson(False)
@@ -400,6 +405,7 @@ class MainWindow(QMainWindow):
     def _on_run_selected(self, run: str) -> None:
         if self.controller.info is not None:
             self.scenario_bar.set_lab(self.controller.info, run)
+            self.graph.set_run(run)
 
     def _on_setting(self, field: str, value: Any) -> None:
         info = self.controller.info
@@ -732,9 +738,7 @@ class MainWindow(QMainWindow):
             QTimer.singleShot(0, self.fit_presentation)
 
     def _presentation_panel(self, key: str, on: bool) -> None:
-        chosen = [
-            k for k in DEFAULT_VIEWS if (k == key and on) or (k != key and k in self.presentation_panels)
-        ]
+        chosen = [k for k in MENU_VIEWS if (k == key and on) or (k != key and k in self.presentation_panels)]
         self.presentation_panels = tuple(chosen)
         if self.interactive:
             settings().setValue("presentation_panels", list(chosen))
@@ -744,7 +748,7 @@ class MainWindow(QMainWindow):
     def show_panel(self, key: str, on: bool) -> None:
         """Show or hide a panel outside presentation mode."""
         self.panels_shown = tuple(
-            k for k in DEFAULT_VIEWS if (k == key and on) or (k != key and k in self.panels_shown)
+            k for k in MENU_VIEWS if (k == key and on) or (k != key and k in self.panels_shown)
         )
         if not self.presenting:
             self._show_chosen()
@@ -765,6 +769,8 @@ class MainWindow(QMainWindow):
         for key, view in self.panels.items():
             view.setVisible(key in shown)
         self.surface3d.setVisible(self.act_3d.isChecked() and "surface3d" in shown)
+        # The graph is captured only while it is shown: capture costs every op a little.
+        self.controller.capture_graphs("graph" in shown)
         self._fix_splitters()
 
     def _fix_splitters(self) -> None:

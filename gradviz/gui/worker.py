@@ -250,6 +250,9 @@ class LabWorker(QObject):
         self.info: LabInfo | None = None
         self.generation = -1
         self._known: dict[str, int] = {}
+        self.capturing = False
+        # (run, tick) -> the graph its forward built or its backward walked, until sent.
+        self._graphs: dict[tuple[str, int], Any] = {}
 
     # --------------------------------------------------------------- build
     @Slot(object, int, int, object)
@@ -286,6 +289,36 @@ class LabWorker(QObject):
         self.lab = lab
         self._known = {r.name: 0 for r in lab.runs}
         self.info = describe_lab(lab, restore)
+        self.capture_graphs(self.capturing)
+
+    @Slot(bool)
+    def capture_graphs(self, on: bool) -> None:
+        """Watch (or stop watching) every run's autograd graphs: only while a graph is shown."""
+        from gradviz.engine.graph import VIEW_VALUES, GraphCapture
+
+        self.capturing = on
+        self._graphs.clear()
+        for run in self.lab.runs if self.lab is not None else ():
+            run.graph_observer = GraphCapture(keep=1, values=VIEW_VALUES) if on else None
+
+    def _keep_graphs(self) -> None:
+        """Take the graph of each run's op just performed from its observer (plain data, no tensors)."""
+        lab = self.lab
+        assert lab is not None
+        tick = lab.tick - 1
+        for r, run in enumerate(lab.runs):
+            capture = run.graph_observer
+            slot = lab.schedule[tick % lab.ticks_per_iteration][r]
+            if capture is None or slot is None:
+                continue
+            if slot.op == "forward":
+                graph = capture.pending.get(slot.phase)
+            elif slot.op == "backward" and capture.graphs:
+                graph = capture.graphs.pop()
+            else:
+                continue
+            if graph is not None:
+                self._graphs[(run.name, tick)] = graph
 
     # ---------------------------------------------------------------- step
     @Slot(int, int)
@@ -300,6 +333,8 @@ class LabWorker(QObject):
         try:
             while not lab.stopped and lab.tick < end:
                 lab.step(end)
+                if self.capturing:
+                    self._keep_graphs()
                 distance.append((lab.tick - 1, self._distances()))
                 if until_tick < 0 or lab.tick > until_tick:
                     break
@@ -332,7 +367,7 @@ class LabWorker(QObject):
         info = self.info
         assert lab is not None and info is not None
         tpi = lab.ticks_per_iteration
-        entries = entries_since(lab, self._known)
+        entries = entries_since(lab, self._known, self._graphs)
         previews = {}
         for r, run in enumerate(lab.runs):
             self._known[run.name] = len(lab.history[run.name])
@@ -359,6 +394,7 @@ class LabWorker(QObject):
             return
         self.lab.seek(-1)
         self._known = {r.name: 0 for r in self.lab.runs}
+        self._graphs.clear()
         self.was_reset.emit(generation)
 
     # --------------------------------------------------------------- fetch

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gradviz.engine import Lab, load_builtin
-from gradviz.engine.graph import GraphCapture, capture_graph, graph_of
+from gradviz.engine.graph import GraphCapture, Uncopied, capture_graph, graph_of
 from gradviz.engine.loop import OpSlot
 from gradviz.engine.run import Run
 from gradviz.engine.zoo import build_task
@@ -216,10 +216,29 @@ def test_kinds_shapes_and_the_gradients_that_flowed():
     # What each leaf received is what it added: here, with .grad None before, the new .grad.
     for name, t in params.items():
         assert np.array_equal(graph.added[name], t.grad.numpy())
-    # What went along an edge into a leaf is what the leaf received.
+    # What went along an edge into a parameter's leaf is what the leaf received.
     for (a, b), g in zip(graph.edges, graph.sent, strict=True):
-        if graph.nodes[b].name == "AccumulateGrad":
+        if graph.nodes[b].kind == "parameter":
             assert np.array_equal(g, graph.received[b][0]), (a, b)
+
+
+def test_past_the_size_limit_gradients_keep_their_shape_and_leaves_their_values():
+    loss, params = _small_loss()
+    run = _fake_run(params)
+    capture = GraphCapture(values=4)
+    capture.forward(run, SLOT, 0, loss)
+    with capture.backward(run, SLOT, 0, loss):
+        loss.backward()
+    (graph,) = capture.graphs
+    for (_, b), g in zip(graph.edges, graph.sent, strict=True):
+        shape = graph.nodes[b].shape
+        assert g is not None
+        if int(np.prod(shape)) > 4:
+            assert isinstance(g, Uncopied) and g.shape == shape
+        else:
+            assert isinstance(g, np.ndarray) and g.shape == shape
+    # What a leaf adds into .grad is the ledger's figure: copied whatever its size.
+    assert np.array_equal(graph.added["weight"], params["weight"].grad.numpy())
 
 
 def test_graph_of_a_loss_without_grad_fn_is_empty():

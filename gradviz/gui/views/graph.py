@@ -1,0 +1,589 @@
+"""The autograd graph view: what the forward built, what ``backward()`` walks, in PyTorch's own order.
+
+The graph drawn is the one a run's :class:`~gradviz.engine.graph.GraphCapture`
+recorded from the real objects: node class names as PyTorch made them, edges
+from each node to its ``next_functions``, the loss on top and the parameters'
+``AccumulateGrad`` leaves at the bottom. At a backward the nodes light up in
+the order their hooks fired, each edge labelled with the gradient it carried,
+and each parameter leaf shows the addition into ``.grad`` (the inspector's
+ledger). Once the graph is freed it is drawn faded and says so.
+
+Layout is a small layered one of our own (:func:`layered`): depth from the
+loss by longest path, order in each layer by the mean position of the parents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
+from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPainterPath, QPen
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QGraphicsScene,
+    QGraphicsView,
+    QHBoxLayout,
+    QLabel,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gradviz.gui import fmt
+from gradviz.gui.theme import BASE_POINT_SIZE, LIGHT, Theme, run_color
+
+if TYPE_CHECKING:
+    from gradviz.engine.graph import Graph
+    from gradviz.gui.tape import LabInfo, Moment
+
+# Node fills by kind (Okabe-Ito hues, light tints so black text stays readable); each kind also
+# has its own border, so the kind never rests on colour alone.
+KIND_FILL = {"loss": "#F5C98F", "operation": "#E6E6E6", "parameter": "#FFFFFF", "input": "#F7F1A1"}
+KIND_BORDER = {
+    "loss": Qt.PenStyle.SolidLine,
+    "operation": Qt.PenStyle.SolidLine,
+    "parameter": Qt.PenStyle.SolidLine,
+    "input": Qt.PenStyle.DashLine,
+}
+RAN_COLOR = "#CC79A7"  # the backward's colour in the timeline and code
+ANIMATION_MS = 900  # one backward's traversal on Play and after a step, whatever its length
+GAP_X, GAP_Y = 14.0, 26.0
+MIN_SCALE, MAX_SCALE = 0.85, 1.6
+COMPACT_NODES = 60
+
+
+def layered(
+    count: int, edges: Sequence[tuple[int, int]], widths: Sequence[float], heights: Sequence[float]
+) -> list[tuple[float, float]]:
+    """Top-left corners of ``count`` boxes of ``widths`` and ``heights``, node 0 on top.
+
+    Each node's layer is its longest distance from node 0 (so every edge points
+    down); within a layer nodes keep their walk order, then are sorted twice by
+    the mean position of their parents, which uncrosses most edges of the trees
+    that autograd graphs mostly are.
+    """
+    parents: list[list[int]] = [[] for _ in range(count)]
+    children: list[list[int]] = [[] for _ in range(count)]
+    for a, b in edges:
+        if a != b:
+            parents[b].append(a)
+            children[a].append(b)
+    pending = [len(set(p)) for p in parents]
+    depth = [0] * count
+    ready = [i for i in range(count) if pending[i] == 0]
+    seen = set()
+    while ready:
+        i = ready.pop()
+        seen.add(i)
+        for j in set(children[i]):
+            depth[j] = max(depth[j], depth[i] + 1)
+            pending[j] -= 1
+            if pending[j] == 0:
+                ready.append(j)
+    layers: list[list[int]] = [[] for _ in range(max(depth, default=0) + 1)]
+    for i in range(count):
+        layers[depth[i]].append(i)
+    place = {i: float(k) for layer in layers for k, i in enumerate(layer)}
+    for _ in range(2):
+        for layer in layers[1:]:
+            layer.sort(key=lambda i: sum(place[p] for p in parents[i]) / max(len(parents[i]), 1))
+            for k, i in enumerate(layer):
+                place[i] = float(k)
+    rows = [sum(widths[i] for i in layer) + GAP_X * (len(layer) - 1) for layer in layers]
+    widest = max(rows, default=0.0)
+    out = [(0.0, 0.0)] * count
+    y = 0.0
+    for d, layer in enumerate(layers):
+        x = (widest - rows[d]) / 2
+        for i in layer:
+            out[i] = (x, y)
+            x += widths[i] + GAP_X
+        y += max((heights[i] for i in layer), default=0.0) + GAP_Y
+    return out
+
+
+def module_groups(graph: Graph) -> dict[int, str]:
+    """Node id -> the module it belongs to, for the nodes of each parameterised layer.
+
+    A parameter's leaf belongs to its module (``D.0`` of ``D.0.weight``); so does an
+    operation all of whose next functions are leaves of one module (``TBackward0`` of a
+    weight), and then an operation with a next function among those (``AddmmBackward0``
+    beside its bias and transposed weight) unless another module claims it too. An
+    activation between layers stays apart, so the chain of layers keeps its shape.
+    """
+    group: dict[int, str] = {}
+    for node in graph.nodes:
+        if node.param is not None and "." in node.param:
+            group[node.id] = node.param.rsplit(".", 1)[0]
+    children: dict[int, list[int]] = {}
+    for a, b in graph.edges:
+        children.setdefault(a, []).append(b)
+    leaves = dict(group)
+    for node in graph.nodes:  # a weight's transpose: every next function a leaf of one module
+        kids = children.get(node.id, [])
+        owners = {leaves.get(k) for k in kids}
+        if kids and len(owners) == 1 and None not in owners:
+            group[node.id] = owners.pop()  # type: ignore[assignment]
+    anchors = dict(group)
+    for node in graph.nodes:  # the layer's own operation, beside its bias and transposed weight
+        claims = {anchors[k] for k in children.get(node.id, []) if k in anchors}
+        if node.id not in group and node.id != 0 and len(claims) == 1:
+            group[node.id] = claims.pop()
+    return group
+
+
+def collapse(graph: Graph, ran: int) -> tuple[Graph, int, dict[int, tuple[int, ...]]]:
+    """``graph`` with each module's nodes in one box; the boxes lit after ``ran`` nodes ran; and the
+    original nodes in each box."""
+    from gradviz.engine.graph import Graph as GraphType
+    from gradviz.engine.graph import Node
+
+    group = module_groups(graph)
+    new: dict[int, int] = {}
+    members: dict[int, list[int]] = {}
+    boxes: dict[str, int] = {}
+    for node in graph.nodes:
+        key = group.get(node.id)
+        if key is None:
+            new[node.id] = len(members)
+            members[new[node.id]] = [node.id]
+            continue
+        if key not in boxes:
+            boxes[key] = len(members)
+            members[boxes[key]] = []
+        new[node.id] = boxes[key]
+        members[boxes[key]].append(node.id)
+    nodes = []
+    for i, ids in members.items():
+        first = graph.nodes[ids[0]]
+        if len(ids) == 1 and group.get(ids[0]) is None:
+            nodes.append(first._replace(id=i))
+            continue
+        saved = tuple(s for j in ids for s in graph.nodes[j].saved)
+        nodes.append(Node(i, group[ids[0]], "parameter", None, None, saved))
+    edges: list[tuple[int, int]] = []
+    sent = []
+    for (a, b), grad in zip(graph.edges, graph.sent or (None,) * len(graph.edges), strict=True):
+        edge = (new[a], new[b])
+        if edge[0] != edge[1] and edge not in edges:
+            edges.append(edge)
+            sent.append(grad)
+    order = list(dict.fromkeys(new[i] for i in graph.order))
+    lit = len(dict.fromkeys(new[i] for i in graph.order[:ran]))
+    out = GraphType(tuple(nodes), tuple(edges), tuple(order), graph.root, {}, tuple(sent))
+    return out, lit, {i: tuple(ids) for i, ids in members.items()}
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What the view draws at a moment: a graph, how much of its backward has run, and why."""
+
+    graph: Graph | None
+    tick: int
+    ran: int  # how many nodes of ``graph.order`` are lit
+    freed: bool  # the graph is gone (a later op than its backward)
+    note: str
+
+
+class GraphView(QWidget):
+    """The autograd graph of one run, synced with the stepper."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.theme: Theme = LIGHT
+        self.info: LabInfo | None = None
+        self.run_name: str | None = None
+        self.points = float(BASE_POINT_SIZE)
+        self.shown: Shown | None = None
+        self._moment: Moment | None = None
+        self._animated_tick = -2
+        self._step = 0
+        self._timer = QTimer(self)
+        self._timer.timeout.connect(self._advance)
+
+        self.title = QLabel("Autograd graph")
+        self.title.setObjectName("panelTitle")
+        self.runs = QComboBox()
+        self.runs.setToolTip("Whose graph is drawn")
+        self.runs.currentTextChanged.connect(self._on_run)
+        self.grouped = QCheckBox("One box per layer")
+        self.grouped.setToolTip(
+            "Draw each module's nodes (its operation, transposes and parameter leaves) as one box"
+        )
+        self.grouped.toggled.connect(lambda _=False: self._render())
+        self.note = QLabel("")
+        self.note.setWordWrap(True)
+        self.scene = QGraphicsScene(self)
+        # Rebuilt at every draw and never searched: an index would only cost its upkeep.
+        self.scene.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.NoIndex)
+        self.canvas = QGraphicsView(self.scene)
+        self.canvas.setRenderHint(QPainter.RenderHint.Antialiasing)
+        self.canvas.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        head = QHBoxLayout()
+        head.setContentsMargins(0, 0, 0, 0)
+        head.addWidget(self.title, 1)
+        head.addWidget(self.grouped)
+        head.addWidget(self.runs)
+        box = QVBoxLayout(self)
+        box.setContentsMargins(4, 4, 4, 4)
+        box.setSpacing(3)
+        box.addLayout(head)
+        box.addWidget(self.note)
+        box.addWidget(self.canvas, 1)
+
+    # ------------------------------------------------------------ settings
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.canvas.setBackgroundBrush(QBrush(QColor(theme.base)))
+        self._render()
+
+    def set_point_size(self, points: float) -> None:
+        self.points = points
+        self._render()
+
+    def set_lab(self, info: LabInfo) -> None:
+        """A new lab: its runs in the picker, the first one drawn; nothing until its first forward."""
+        self.info = info
+        self._timer.stop()
+        self._animated_tick = -2
+        self.runs.blockSignals(True)
+        self.runs.clear()
+        self.runs.addItems([r.name for r in info.runs])
+        self.runs.blockSignals(False)
+        self.runs.setVisible(len(info.runs) > 1)
+        self.run_name = info.runs[0].name
+        self.shown = None
+        self._render()
+
+    def set_run(self, name: str) -> None:
+        """Draw ``name``'s graph."""
+        self.runs.setCurrentText(name)
+        self._on_run(name)
+
+    def _on_run(self, name: str) -> None:
+        if name and name != self.run_name:
+            self.run_name = name
+            self._animated_tick = -2
+            if self._moment is not None:
+                self.draw(self._moment)
+
+    # ---------------------------------------------------------------- draw
+    def draw(self, moment: Moment) -> None:
+        """Draw the graph of the run's newest forward or backward at ``moment``.
+
+        A backward that has just been performed (the moment is the live end) is
+        animated node by node while the view is on screen; anywhere else (an
+        export frame, a moment scrubbed back to) the traversal is drawn whole.
+        """
+        self._moment = moment
+        run = self.run_name
+        if self.info is None or run is None:
+            return
+        graph, tick = moment.graph(run)
+        ran = 0
+        freed = False
+        if graph is not None:
+            ran = len(graph.order)
+            freed = tick < moment.tick and bool(graph.order)
+            fresh = tick == moment.tick == moment.tape.last_tick and not moment.hide_future
+            if graph.order and fresh and self.isVisible() and tick != self._animated_tick:
+                self._animated_tick = tick
+                self._step = 1
+                self._timer.start(max(25, ANIMATION_MS // len(graph.order)))
+            if self._timer.isActive() and tick == self._animated_tick:
+                ran = self._step
+            elif self._timer.isActive():
+                self._timer.stop()
+        self.shown = Shown(graph, tick, ran, freed, self._sentence(moment, graph, tick, ran, freed))
+        self._render()
+
+    def skip_animation(self) -> None:
+        """Show the running backward's whole traversal at once."""
+        if self._timer.isActive():
+            self._timer.stop()
+            if self._moment is not None:
+                self.draw(self._moment)
+
+    def _advance(self) -> None:
+        self._step += 1
+        shown = self.shown
+        if shown is None or shown.graph is None or self._step >= len(shown.graph.order):
+            self._timer.stop()
+            self._step = len(shown.graph.order) if shown is not None and shown.graph is not None else 0
+        if self._moment is not None:
+            self.draw(self._moment)
+
+    def _sentence(self, moment: Moment, graph: Graph | None, tick: int, ran: int, freed: bool) -> str:
+        if graph is None:
+            if moment.tick < 0:
+                return "The first forward builds the graph that backward() will walk."
+            return "No graph captured here: the next forward builds one."
+        n = len(graph.nodes)
+        if not graph.nodes:
+            return "The loss has no grad_fn: no graph was built, backward() has nothing to walk."
+        if not graph.order:
+            leaves = sum(1 for node in graph.nodes if node.kind == "parameter")
+            return (
+                f"forward() built this graph: {n} nodes, {leaves} parameter "
+                f"{'leaf' if leaves == 1 else 'leaves'}. "
+                "backward() has not run yet."
+            )
+        if freed:
+            return (
+                "Freed: backward() released this graph's saved tensors and the loss is gone; "
+                "the next forward builds a new graph."
+            )
+        if ran < len(graph.order):
+            node = graph.nodes[graph.order[ran - 1]]
+            return f"backward(): node {ran} of {len(graph.order)} ran, {node.name}."
+        return (
+            f"backward() ran all {len(graph.order)} nodes in this order; their saved tensors are now freed."
+        )
+
+    # -------------------------------------------------------------- render
+    def _font(self, bold: bool = False, scale: float = 1.0) -> QFont:
+        font = QFont(self.font())
+        font.setPointSizeF(self.points * scale)
+        font.setBold(bold)
+        return font
+
+    def _render(self) -> None:
+        self.scene.clear()
+        self._focus: QPointF | None = None
+        shown = self.shown
+        self.note.setText(shown.note if shown is not None else "")
+        self.title.setText(
+            f"Autograd graph of {self.run_name}"
+            if self.info and len(self.info.runs) > 1
+            else "Autograd graph"
+        )
+        if shown is None or shown.graph is None or not shown.graph.nodes:
+            return
+        members: dict[int, tuple[int, ...]] | None = None
+        drawn: Shown = shown
+        if self.grouped.isChecked():
+            graph, ran, members = collapse(shown.graph, shown.ran)
+            drawn = Shown(graph, shown.tick, ran, shown.freed, shown.note)
+        # Smooth curves cost a large graph a third of its paint; its many edges read as well without.
+        count = len(drawn.graph.nodes) if drawn.graph is not None else 0
+        self.canvas.setRenderHint(QPainter.RenderHint.Antialiasing, count <= COMPACT_NODES)
+        self._focus = draw_graph(
+            self.scene,
+            drawn,
+            self._texts(drawn, shown, members),
+            self.theme,
+            self._font(True),
+            self._font(False, 0.85),
+            self._leaf_color(),
+        )
+        rect = self.scene.sceneRect()
+        self.canvas.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
+        # Neither blown up (coarse) nor shrunk past reading: a tall graph scrolls, kept on the node
+        # that ran last.
+        scale = min(max(self.canvas.transform().m11(), MIN_SCALE), MAX_SCALE)
+        self.canvas.resetTransform()
+        self.canvas.scale(scale, scale)
+        if self._focus is not None and self._focus.y() < 0:
+            # Nothing running: the top, where the loss is, in view.
+            half = self.canvas.viewport().height() / (2 * scale)
+            self.canvas.centerOn(QPointF(self._focus.x(), self._focus.y() + half))
+        elif self._focus is not None:
+            self.canvas.centerOn(self._focus)
+
+    def resizeEvent(self, event: Any) -> None:
+        super().resizeEvent(event)
+        self._render()
+
+    def _leaf_color(self) -> str:
+        if self.info is None or self.run_name is None:
+            return run_color(0)
+        return run_color(self.info.run_index(self.run_name))
+
+    def _texts(
+        self, shown: Shown, full: Shown | None = None, members: dict[int, tuple[int, ...]] | None = None
+    ) -> tuple[list[list[str]], list[str]]:
+        """Lines of each node's box and the label of each edge, at what has run so far.
+
+        For a collapsed graph, ``full`` is the whole one and ``members`` the nodes in each box.
+        """
+        graph = shown.graph
+        assert graph is not None
+        lit = {i: k + 1 for k, i in enumerate(graph.order[: shown.ran])}
+        ledger = self._ledger(full or shown) if shown.ran else {}
+        # A large graph keeps to names and the additions into .grad: details would only crowd it.
+        compact = len(graph.nodes) > COMPACT_NODES
+        boxes = []
+        for node in graph.nodes:
+            lines = [node.name if node.param is None else f"{node.param} · {node.name}"]
+            detail = [] if node.shape is None or compact else ["(" + ", ".join(map(str, node.shape)) + ")"]
+            if node.saved and not compact:
+                total = sum(s.bytes for s in node.saved)
+                gone = node.saved[0].freed and (node.id in lit or shown.freed)
+                detail.append(f"saved {fmt_bytes(total)}" + (" · freed" if gone else ""))
+            lines.append("  ".join(detail))
+            inside = members.get(node.id, ()) if members is not None and full is not None else ()
+            if len(inside) > 1 and full is not None and full.graph is not None:
+                names = [full.graph.nodes[j].name for j in inside]
+                kinds = dict.fromkeys(n for n in names if n != "AccumulateGrad")
+                leaves = [full.graph.nodes[j].param for j in inside if full.graph.nodes[j].param]
+                lines[1] = " · ".join(f"{names.count(k)}× {k}" if names.count(k) > 1 else k for k in kinds)
+                lines.append("leaves: " + ", ".join(str(p).rsplit(".", 1)[-1] for p in leaves))
+            if node.id in lit:
+                lines[0] = f"#{lit[node.id]} {lines[0]}"
+                if node.param is not None and node.param in ledger:
+                    lines.append(ledger[node.param])
+                for j in inside:
+                    param = full.graph.nodes[j].param if full is not None and full.graph is not None else None
+                    if param is not None and param in ledger:
+                        lines.append(f"{param.rsplit('.', 1)[-1]} {ledger[param]}")
+            boxes.append(lines)
+        labels = []
+        for (a, _b), grad in zip(graph.edges, graph.sent, strict=False):
+            labels.append(grad_text(grad) if a in lit and not compact else "")
+        return boxes, labels
+
+    def _ledger(self, shown: Shown) -> dict[str, str]:
+        """``before + added = after`` for each parameter leaf, from the records around the backward."""
+        moment, graph = self._moment, shown.graph
+        if moment is None or graph is None or self.run_name is None:
+            return {}
+        rt = moment.tape.runs[self.run_name]
+        i = rt.index_at(shown.tick)
+        after = moment.tape.record(self.run_name, i)
+        before = moment.tape.record(self.run_name, i - 1) if i > 0 else moment.info.initial[self.run_name]
+        out = {}
+        for name, added in graph.added.items():
+            if added is None:
+                continue
+            old = before.grads.get(name) if before is not None else None
+            new = after.grads.get(name) if after is not None else None
+            out[name] = addition_text(old, added, new)
+        return out
+
+
+def fmt_bytes(n: int) -> str:
+    return f"{n:,} B" if n < 10_000 else f"{n / 1024:,.0f} KiB"
+
+
+def grad_text(grad: Any) -> str:
+    """An edge's gradient in a few characters: its values when copied and short, else its norm or shape."""
+    if grad is None:
+        return ""
+    if not isinstance(grad, np.ndarray):
+        return "(" + ", ".join(map(str, grad.shape)) + ")"
+    if grad.size <= 2:
+        return fmt.array(grad, limit=2)
+    return f"‖g‖ {fmt.number(float(np.linalg.norm(grad.astype(np.float64))), 3)}"
+
+
+def addition_text(before: np.ndarray | None, added: np.ndarray, after: np.ndarray | None) -> str:
+    """What AccumulateGrad did to ``.grad``: ``-16 + -4 = -20``, or ``None → -4`` on a cleared one."""
+    if before is None:
+        return f".grad: None → {grad_text(after if after is not None else added)}"
+    if added.size <= 2:
+        return f".grad: {grad_text(before)} + {grad_text(added)} = {grad_text(after)}"
+    return f".grad += {grad_text(added)}"
+
+
+def draw_graph(
+    scene: QGraphicsScene,
+    shown: Shown,
+    texts: tuple[list[list[str]], list[str]],
+    theme: Theme,
+    bold: QFont,
+    small: QFont,
+    leaf_color: str,
+) -> QPointF:
+    """Lay out and add the boxes, edges and labels of ``shown`` to ``scene``; the centre of the
+    node that ran last, or, where none is running, the top of the scene above the loss."""
+    from PySide6.QtGui import QFontMetricsF
+
+    graph = shown.graph
+    assert graph is not None
+    boxes, labels = texts
+    big, little = QFontMetricsF(bold), QFontMetricsF(small)
+    pad = 6.0
+    # Graphs repeat their texts (class names, shapes): each is measured once.
+    measured: dict[tuple[bool, str], float] = {}
+
+    def advance(t: str, title: bool) -> float:
+        w = measured.get((title, t))
+        if w is None:
+            w = measured[(title, t)] = (big if title else little).horizontalAdvance(t)
+        return w
+
+    widths = [
+        max([advance(lines[0], True)] + [advance(t, False) for t in lines[1:]]) + 2 * pad for lines in boxes
+    ]
+    heights = [
+        big.height() + max(len([t for t in lines[1:] if t]), 1) * little.height() + 2 * pad for lines in boxes
+    ]
+    corners = layered(len(graph.nodes), graph.edges, widths, heights)
+    lit = set(graph.order[: shown.ran])
+    faded = shown.freed
+    text = QBrush(QColor(theme.muted if faded else "#1b1b1b"))
+    hot = QColor(RAN_COLOR)
+    # Edges first, under the boxes, from the bottom of a node to the top of each next function:
+    # one path for the edges gradients went along, one for the rest (a few items paint fast).
+    paths = {True: QPainterPath(), False: QPainterPath()}
+    labelled = []
+    for k, (a, b) in enumerate(graph.edges):
+        (xa, ya), (xb, yb) = corners[a], corners[b]
+        sx, sy, ex, ey = xa + widths[a] / 2, ya + heights[a], xb + widths[b] / 2, yb
+        flowed = a in lit and not faded
+        path = paths[flowed]
+        mid = (sy + ey) / 2
+        path.moveTo(sx, sy)
+        path.cubicTo(sx, mid, ex, mid, ex, ey)
+        path.moveTo(ex - 4, ey - 7)
+        path.lineTo(ex, ey)
+        path.lineTo(ex + 4, ey - 7)
+        label = labels[k] if k < len(labels) else ""
+        if label and flowed:
+            # Beside the arrow's head: edges leaving one node fan out, so their heads stand apart.
+            labelled.append((label, ex, ey - GAP_Y * 0.45))
+    scene.addPath(paths[False], QPen(QColor(theme.muted), 1.2))
+    scene.addPath(paths[True], QPen(hot, 2.4))
+    back = QBrush(QColor(theme.base))
+    for label, cx, cy in labelled:
+        w = little.horizontalAdvance(label)
+        h = little.height()
+        scene.addRect(QRectF(cx - w / 2 - 2, cy - h / 2, w + 4, h), QPen(Qt.PenStyle.NoPen), back).setZValue(
+            2
+        )
+        item = scene.addSimpleText(label, small)
+        item.setPos(cx - w / 2, cy - h / 2)
+        item.setBrush(QBrush(QColor(theme.text)))
+        item.setZValue(3)
+    for node, lines, (x, y), w, height in zip(graph.nodes, boxes, corners, widths, heights, strict=True):
+        fill = QColor(KIND_FILL[node.kind])
+        border = QColor(leaf_color if node.kind == "parameter" else "#555555")
+        if node.id in lit and not faded:
+            border = hot if node.kind != "parameter" else border
+        width = 3.0 if node.kind in ("parameter", "loss") or node.id in lit else 1.2
+        if faded:
+            fill.setAlpha(110)
+            border.setAlpha(140)
+        pen = QPen(border, width, KIND_BORDER[node.kind])
+        scene.addRect(QRectF(x, y, w, height), pen, QBrush(fill)).setZValue(4)
+        title = scene.addSimpleText(lines[0], bold)
+        title.setBrush(text)
+        title.setPos(x + pad, y + pad)
+        title.setZValue(5)
+        rest = "\n".join(t for t in lines[1:] if t)
+        if rest:
+            detail = scene.addSimpleText(rest, small)
+            detail.setBrush(text)
+            detail.setPos(x + pad, y + pad + big.height())
+            detail.setZValue(5)
+    right = max((x + w for (x, _), w in zip(corners, widths, strict=True)), default=0.0)
+    bottom = max((y + h for (_, y), h in zip(corners, heights, strict=True)), default=0.0)
+    scene.setSceneRect(QRectF(-8, -8, right + 16, bottom + 16))
+    if not shown.ran or faded:
+        return QPointF(corners[0][0] + widths[0] / 2, -8.0)
+    last = graph.order[shown.ran - 1]
+    x, y = corners[last]
+    return QPointF(x + widths[last] / 2, y + heights[last] / 2)

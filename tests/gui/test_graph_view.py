@@ -1,0 +1,168 @@
+"""The autograd graph view against PyTorch: names and edges after a forward, the backward's order,
+the addition into .grad, the GAN's cut, the freed graph, and capture only while the view is shown."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from PySide6.QtWidgets import QGraphicsSimpleTextItem
+
+from gradviz.engine import Lab, load_builtin
+from gradviz.gui.views.graph import layered
+from tests.engine.test_graph import independent_walk
+
+
+@pytest.fixture
+def window(qtbot):
+    """``window(scenario, graph=True)``: the window over an inline lab, the graph view shown or not."""
+    from gradviz.gui.controller import Controller
+    from gradviz.gui.window import MainWindow
+
+    made = []
+
+    def make(scenario: str, graph: bool = True) -> MainWindow:
+        w = MainWindow(Controller(threaded=False), interactive=False)
+        qtbot.addWidget(w)
+        w.resize(1280, 720)
+        w.show_panel("graph", graph)
+        w.show()
+        w.controller.open(scenario)
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.controller.shutdown()
+
+
+def texts(w) -> list[str]:
+    """Every line of text drawn in the graph."""
+    items = [i.text() for i in w.graph.scene.items() if isinstance(i, QGraphicsSimpleTextItem)]
+    return [line for text in items for line in text.split("\n")]
+
+
+def step(w, ops: int) -> None:
+    for _ in range(ops):
+        assert w.controller.next_op()
+    w.redraw()
+    w.graph.skip_animation()  # the whole traversal, as a scrubbed-back moment shows it
+
+
+def live_loss(scenario: str, run: str, forward: int):
+    """The loss of ``run``'s ``forward``-th forward (from 1) in a headless lab: the real tensor."""
+    lab = Lab(load_builtin(scenario), record="bare")
+    target = lab.run(run)
+    seen = 0
+    while True:
+        lab.step()
+        slot = lab.schedule[(lab.tick - 1) % lab.ticks_per_iteration][lab.runs.index(target)]
+        if slot is not None and slot.op == "forward":
+            seen += 1
+            if seen == forward:
+                return target, target._live_loss[slot.phase]
+
+
+def test_after_a_forward_the_view_shows_the_graph_pytorch_built(window):
+    w = window("forgot-zero-grad")
+    step(w, 2)  # zero_grad, forward
+    run, loss = live_loss("forgot-zero-grad", "yours", 1)
+    _, names, edges = independent_walk(loss)
+    shown = w.graph.shown
+    assert [n.name for n in shown.graph.nodes] == names
+    assert list(shown.graph.edges) == edges
+    drawn = texts(w)
+    for name in set(names) - {"AccumulateGrad"}:
+        assert name in drawn
+    # The leaves by the names the inspector gives the parameters.
+    for param in run.names:
+        assert f"{param} · AccumulateGrad" in drawn
+    assert "backward() has not run yet" in w.graph.note.text()
+
+
+def test_the_traversal_is_pytorch_s_execution_order(window):
+    w = window("two-batch-accumulation")
+    step(w, 3)  # zero_grad, forward, backward
+    _, loss = live_loss("two-batch-accumulation", "yours", 1)
+    nodes, _, _ = independent_walk(loss)
+    fired: list[str] = []
+    handles = [n.register_hook(lambda *_a, n=n: fired.append(type(n).__name__)) for n in nodes]
+    loss.backward()
+    for h in handles:
+        h.remove()
+    graph = w.graph.shown.graph
+    numbered = sorted((int(t.split()[0][1:]), t.split()[-1]) for t in texts(w) if t.startswith("#"))
+    assert [name for _, name in numbered] == fired == [graph.nodes[i].name for i in graph.order]
+
+
+def test_accumulate_grad_shows_the_addition_the_ledger_shows(window):
+    w = window("two-batch-accumulation")
+    step(w, 5)  # zero_grad, forward, backward, forward, backward
+    tape = w.controller.tape
+    rt = tape.runs["yours"]
+    i = rt.index_at(w.controller.cursor)
+    before = float(tape.record("yours", i - 1).grads["weight"].item())
+    after = float(tape.record("yours", i).grads["weight"].item())
+    added = float(tape.record("yours", i).fresh_grads["weight"].item())
+    assert (before, added, after) == (-16.0, -4.0, -20.0)
+    assert ".grad: -16 + -4 = -20" in texts(w)
+
+
+@pytest.mark.parametrize(("run", "reaches_g"), [("no-detach", True), ("detach", False), ("no-grad", False)])
+def test_the_gan_cut_no_generator_leaf_with_detach_or_no_grad(window, run, reaches_g):
+    w = window("gan-detach")
+    w.graph.set_run(run)
+    step(w, 3)  # the discriminator's zero_grad, forward, backward
+    graph = w.graph.shown.graph
+    generator = set(w.controller.info.run(run).phases["generator"])
+    leaves = {n.param for n in graph.nodes if n.kind == "parameter"}
+    drawn_g = [t for t in texts(w) if t.split(" · ")[0].lstrip("#0123456789 ") in generator]
+    assert bool(leaves & generator) == reaches_g
+    assert bool(drawn_g) == reaches_g
+    if run == "no-grad":
+        # Under no_grad the generator's part was never built: fewer nodes than without the cut.
+        assert len(graph.nodes) < 20
+
+
+def test_after_step_the_graph_is_drawn_freed_and_says_so(window):
+    w = window("forgot-zero-grad")
+    step(w, 4)  # zero_grad, forward, backward, step
+    assert w.graph.shown.freed
+    assert w.graph.note.text().startswith("Freed")
+    assert any(t.endswith("· freed") for t in texts(w))
+
+
+def test_capture_only_while_the_view_is_shown(window):
+    w = window("forgot-zero-grad", graph=False)
+    lab = w.controller.worker.lab
+    assert all(r.graph_observer is None for r in lab.runs)
+    step(w, 3)
+    assert all(g is None for g in w.controller.tape.runs["yours"].graphs)
+    w.show_panel("graph", True)
+    assert all(r.graph_observer is not None for r in lab.runs)
+    step(w, 3)  # step, the reference's zero_grad, then the next forward: captured
+    assert w.controller.tape.runs["yours"].graphs[-1] is not None
+    w.show_panel("graph", False)
+    assert all(r.graph_observer is None for r in lab.runs)
+
+
+def test_layers_put_every_edge_downwards():
+    edges = [(0, 1), (0, 2), (1, 3), (2, 3), (3, 4), (1, 4)]
+    corners = layered(5, edges, [40.0] * 5, [20.0] * 5)
+    for a, b in edges:
+        assert corners[a][1] < corners[b][1]
+    assert torch.tensor([c[1] for c in corners]).unique().numel() == 4
+
+
+@pytest.mark.parametrize(
+    ("run", "layers", "tanhs"),
+    [("no-detach", {"D.0", "D.2", "G.0", "G.2"}, 3), ("detach", {"D.0", "D.2"}, 2)],
+)
+def test_one_box_per_layer_holds_each_module_s_nodes(window, run, layers, tanhs):
+    w = window("gan-detach")
+    w.graph.set_run(run)
+    w.graph.grouped.setChecked(True)
+    step(w, 3)
+    titles = {t.split()[-1] for t in texts(w) if t.split()[-1].count(".") == 1 and t[0] in "#DG"}
+    assert titles == layers
+    # The activations between layers keep their own boxes (D runs twice: on real and on fake).
+    assert sum(t.endswith("TanhBackward0") for t in texts(w)) == tanhs
