@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from gradviz.engine.copying import HeldGrads
+from gradviz.engine.footprint import Footprint
 from gradviz.engine.scenario import Op
 
 T = TypeVar("T")
@@ -275,17 +276,27 @@ class OpRecord:
     snapshot: Snapshot
     fresh: tuple[torch.Tensor | None, ...] | bool | None = None
     prior: Snapshot | None = None
+    # What autograd held and walked (engine/footprint.py): saved bytes, a backward's nodes.
+    footprint: Footprint | None = None
 
     @classmethod
     def from_entry(cls, run: str, index: int, entry: Entry) -> OpRecord:
         """The record of op ``index`` of ``run`` from what recording kept of it."""
-        slot, iteration, tick, loss, diverged, error, weights, grads, present, fresh, prior = entry
+        slot, iteration, tick, loss, diverged, error, weights, grads, present, fresh, prior, footprint = entry
         snap = Snapshot(weights, grads, present)
         before = None if prior is None else Snapshot(weights, *prior)
         return _make(
             cls, run, index, tick, iteration, slot.micro, slot.phase, slot.op, slot.line,
-            (slot.first, slot.last), loss, diverged, error, snap, fresh, before,
+            (slot.first, slot.last), loss, diverged, error, snap, fresh, before, footprint,
         )  # fmt: skip
+
+    @property
+    def error_sentence(self) -> str | None:
+        """The error's first sentence, in PyTorch's own words: short enough for a line of a view."""
+        if self.error is None:
+            return None
+        head, dot, _ = self.error.partition(". ")
+        return head + "." if dot else self.error
 
     @property
     def memory(self) -> dict[str, int]:
@@ -327,7 +338,7 @@ class OpRecord:
 
 
 # What recording keeps of one op: (slot, iteration, tick, loss, diverged, error,
-# weights, grad data, grad present, fresh, prior) where prior is the (grad data,
+# weights, grad data, grad present, fresh, prior, footprint) where prior is the (grad data,
 # grad present) a backward found. A plain tuple of what the run already holds,
 # because building objects for every op would cost more than the copies;
 # snapshots and records are made when read.

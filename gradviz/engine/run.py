@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from gradviz.engine.copying import EMPTY, HeldGrads, byte_views, flat_copy, numpy_views
+from gradviz.engine.footprint import Footprint, SavedBytes, graph_nodes
 from gradviz.engine.loop import OpSlot, build_program
 from gradviz.engine.record import Entry, GradData, Layout, Snapshot, Weights
 from gradviz.engine.scenario import RunSpec, Scenario
@@ -81,6 +82,9 @@ class Run:
         # The learning rates last read, raw and as recorded (one dictionary while they hold).
         self._lrs: tuple[list[Any], dict[str, float]] = ([], {"lr": spec.optimizer.lr})
         self.current = self.capture()
+        # What autograd holds for backward, counted in full records (see engine/footprint.py).
+        self._saved = SavedBytes()
+        self._walked: int | None = None
 
     def _ops_writing_grads(self) -> frozenset[str]:
         """The ops that may write a ``.grad`` tensor in place, so that one held must be copied first.
@@ -165,25 +169,36 @@ class Run:
             for p in self._phase_tensors[phase.name]:
                 p -= lr * p.grad  # type: ignore[operator,misc]  # None raises, as in user code
 
-    def _perform(self, slot: OpSlot, iteration: int) -> None:
+    def _perform(self, slot: OpSlot, iteration: int, measure: bool = False) -> None:
         phase = self.phases[slot.phase]
         if slot.op == "zero_grad":
             self._zero_grad(phase)
         elif slot.op == "forward":
             batch = self._micro_batch(iteration, slot.micro)
-            loss = self.task.loss(phase, batch, iteration, self.loop)
+            if slot.micro == 0:
+                self.task.start_batch()
+            if measure:
+                with self._saved.hooks(self.tensors):
+                    loss = self.task.loss(phase, batch, iteration, self.loop)
+            else:
+                loss = self.task.loss(phase, batch, iteration, self.loop)
             self._live_loss[phase.name] = loss
             if self.graph_observer is not None:
                 self.graph_observer.forward(self, slot, iteration, loss)
             self.last_loss = float(loss.item())
         elif slot.op == "backward":
-            loss = self._live_loss.pop(phase.name)
+            # The loss stays for the backward calls after this one through the same graph.
+            last = slot.again == self.loop.backwards - 1
+            loss = self._live_loss.pop(phase.name) if last else self._live_loss[phase.name]
             self._fresh.clear()
+            retain = self.loop.retain_graph
+            if measure:
+                self._walked = graph_nodes(loss)
             if self.graph_observer is None:
-                loss.backward()
+                loss.backward(retain_graph=retain)
             else:
                 with self.graph_observer.backward(self, slot, iteration, loss):
-                    loss.backward()
+                    loss.backward(retain_graph=retain)
         else:
             self._step(phase)
 
@@ -203,8 +218,13 @@ class Run:
             adding = mode == "full" and any(map(operator.is_not, map(_GRAD, self.tensors), self._nones))
             if adding != bool(self._hooks):
                 self._catch_fresh_grads(adding)
+        measure = mode == "full"
+        if measure:
+            self._walked = None
+            if self._on_gpu:
+                torch.cuda.reset_peak_memory_stats(self.tensors[0].device)
         try:
-            self._perform(slot, iteration)
+            self._perform(slot, iteration, measure)
         except Exception as exc:
             self.status = "error"
             self.error = f"{type(exc).__name__}: {exc}"
@@ -377,9 +397,11 @@ class Run:
             self.weights = self._weights_now(cached=True)
             if not math.isfinite(self._param_norm()):
                 self.status = "diverged"
+        peak = torch.cuda.max_memory_allocated(self.tensors[0].device) if self._on_gpu else None
+        footprint = Footprint(self._saved.live, self._walked, peak)
         return (
             slot, iteration, tick, self.last_loss, self.status == "diverged", self.error,
-            self.weights, self.grad_data, self.grad_present, fresh, prior,
+            self.weights, self.grad_data, self.grad_present, fresh, prior, footprint,
         )  # fmt: skip
 
     # -------------------------------------------------------------- restore

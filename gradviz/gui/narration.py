@@ -63,8 +63,9 @@ def _forward_sentence(rec: Any, moment: Moment) -> str:
     if loss is None or not np.isfinite(loss):
         return f"the forward pass gave loss = {fmt.number(loss)}: this run diverged and stops here."
     micro = f" on micro-batch {rec.micro + 1}" if _accumulates(moment, rec.run) else ""
+    saved = f", saving {rec.footprint.saved:,} bytes for backward" if rec.footprint is not None else ""
     return (
-        f"the forward pass computed loss = {fmt.number(loss)}{micro} and built the graph; "
+        f"the forward pass computed loss = {fmt.number(loss)}{micro} and built the graph{saved}; "
         "no .grad changed yet."
     )
 
@@ -107,6 +108,15 @@ def _two_models_sentence(rec: Any, moment: Moment, names: Sequence[str]) -> str 
 
 
 def _backward_sentence(rec: Any, moment: Moment) -> str:
+    sentence = _grads_sentence(rec, moment)
+    nodes = rec.footprint.nodes if rec.footprint is not None else None
+    if nodes is not None and moment.info.scenario.model.kind == "rnn":
+        # How far back the graph reaches is what detaching the hidden state decides.
+        sentence = sentence.rstrip(".") + f"; it walked {nodes:,} autograd nodes back from the loss."
+    return sentence
+
+
+def _grads_sentence(rec: Any, moment: Moment) -> str:
     run = moment.info.run(rec.run)
     names = run.phases.get(rec.phase, run.names) if rec.phase else run.names
     two = _two_models_sentence(rec, moment, names)
@@ -203,7 +213,8 @@ def narrate(moment: Moment | None, run: str | None = None) -> str:
             continue
         prefix = f"{run}: " if len(moment.info.runs) > 1 else ""
         if rec.error:
-            return f"{prefix}the loop raised {rec.error}, as it would in your program; this run stops here."
+            said = (rec.error_sentence or rec.error).rstrip(".")
+            return f"{prefix}the loop raised {said}, as it would in your program; this run stops here."
         sentence = {
             "zero_grad": _zero_grad_sentence,
             "forward": _forward_sentence,
