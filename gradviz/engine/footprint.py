@@ -6,17 +6,33 @@
   ``retain_graph``, or when the graph is dropped): the count is of what is held
   now, not an estimate. Parameters saved by an op (a ``Linear`` keeps its weight)
   are not counted: they are held anyway. A tensor saved by two ops counts once.
+  Autograd does not check tensors saved through hooks for in-place changes, so
+  they are counted only in loops where no ``step()`` comes between a forward and
+  its backward (:func:`can_count_saved`): elsewhere the user's error about a
+  modified tensor must stay PyTorch's.
 - The number of autograd nodes a ``backward()`` walks: every node reachable
   from the loss's ``grad_fn``.
 - On CUDA, the allocator's peak during the op (``torch.cuda.max_memory_allocated``).
+
+Measuring costs a Python call per saved tensor and a walk of the graph per
+backward (a third more time per op of a small model), so a run measures only
+where its scenario's lesson leads with memory or asks for these figures
+(:func:`wanted`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from gradviz.engine.scenario import Scenario
+
+# The lesson's reads that need a footprint.
+READS = ("saved", "nodes")
 
 
 @dataclass(frozen=True)
@@ -26,7 +42,8 @@ class Footprint:
     Attributes
     ----------
     saved:
-        Bytes of tensors saved for backward held after the op (parameters excepted).
+        Bytes of tensors saved for backward held after the op (parameters excepted);
+        ``None`` where the loop's order leaves them uncounted.
     nodes:
         For a ``backward()``: the autograd nodes reachable from the loss, the graph it walked;
         ``None`` for other ops.
@@ -34,7 +51,7 @@ class Footprint:
         On CUDA, the most bytes the allocator held during the op; ``None`` elsewhere.
     """
 
-    saved: int
+    saved: int | None
     nodes: int | None = None
     device_peak: int | None = None
 
@@ -87,6 +104,25 @@ class SavedBytes:
         else:
             del self._refs[key]
             self.live -= key[1]
+
+
+def wanted(scenario: Scenario) -> bool:
+    """Whether runs of ``scenario`` measure their footprint: its lesson leads with memory
+    (the inspector's readouts show it) or a question reads saved bytes or nodes."""
+    lesson = scenario.lesson
+    if lesson is None:
+        return False
+    reads = (q.read for stop in lesson.stops for q in stop.questions if q.read is not None)
+    return lesson.leads("memory") or any(r.quantity in READS for r in reads)
+
+
+def can_count_saved(order: Sequence[str]) -> bool:
+    """Whether counting saved tensors leaves the loop's behaviour alone: no ``step`` between
+    its ``forward`` and ``backward`` (a step there changes saved weights in place, which
+    PyTorch refuses, unless hooks hide the change)."""
+    if "forward" not in order or "backward" not in order or "step" not in order:
+        return True
+    return not order.index("forward") < order.index("step") < order.index("backward")
 
 
 def graph_nodes(loss: torch.Tensor) -> int:

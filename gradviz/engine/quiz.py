@@ -27,6 +27,7 @@ from typing import IO, Any
 import numpy as np
 
 from gradviz.engine.errors import ScenarioError, quoted
+from gradviz.engine.footprint import can_count_saved
 from gradviz.engine.lab import Lab
 from gradviz.engine.lesson import (
     LABELS,
@@ -189,6 +190,12 @@ def _check_fields(lab: Lab, placed: PlacedStop) -> None:
                 "allowed: fresh, stale, nodes and filled at a stop where that run calls backward()."
             )
         if isinstance(item, Read):
+            if item.quantity == "saved" and not can_count_saved(lab.runs[_run_index(lab, run)].loop.order):
+                raise ScenarioError(
+                    f"{where}: {field}.quantity: run {quoted(run)} steps between its forward and its "
+                    "backward, where the bytes saved for backward are not counted; allowed: saved in a "
+                    "run whose step() comes after its backward()."
+                )
             if item.param is not None and sizes[item.param] != 1:
                 raise ScenarioError(
                     f"{where}: {field}.param: found {quoted(item.param)}, which holds "
@@ -683,6 +690,8 @@ def _footprint_read(m: _Moment, run: str, q: str) -> tuple[float | None, str]:
     if foot is None:
         return None, f"{who}{call}: nothing was measured here"
     if q == "saved":
+        if foot.saved is None:
+            return None, f"{who}this loop's order leaves the bytes saved for backward uncounted"
         return float(foot.saved), f"{who}after {call}, autograd holds {_bytes(foot.saved)} saved for backward"
     if foot.nodes is None:
         return None, f"{who}{call} walked no graph"

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from gradviz.engine.copying import EMPTY, HeldGrads, byte_views, flat_copy, numpy_views
-from gradviz.engine.footprint import Footprint, SavedBytes, graph_nodes
+from gradviz.engine.footprint import Footprint, SavedBytes, can_count_saved, graph_nodes, wanted
 from gradviz.engine.loop import OpSlot, build_program
 from gradviz.engine.record import Entry, GradData, Layout, Snapshot, Weights
 from gradviz.engine.scenario import RunSpec, Scenario
@@ -84,6 +84,8 @@ class Run:
         self.current = self.capture()
         # What autograd holds for backward, counted in full records (see engine/footprint.py).
         self._saved = SavedBytes()
+        self.measures = wanted(scenario)
+        self._count_saved = can_count_saved(self.loop.order)
         self._walked: int | None = None
 
     def _ops_writing_grads(self) -> frozenset[str]:
@@ -177,7 +179,7 @@ class Run:
             batch = self._micro_batch(iteration, slot.micro)
             if slot.micro == 0:
                 self.task.start_batch()
-            if measure:
+            if measure and self._count_saved:
                 with self._saved.hooks(self.tensors):
                     loss = self.task.loss(phase, batch, iteration, self.loop)
             else:
@@ -218,7 +220,7 @@ class Run:
             adding = mode == "full" and any(map(operator.is_not, map(_GRAD, self.tensors), self._nones))
             if adding != bool(self._hooks):
                 self._catch_fresh_grads(adding)
-        measure = mode == "full"
+        measure = mode == "full" and self.measures
         if measure:
             self._walked = None
             if self._on_gpu:
@@ -397,8 +399,10 @@ class Run:
             self.weights = self._weights_now(cached=True)
             if not math.isfinite(self._param_norm()):
                 self.status = "diverged"
-        peak = torch.cuda.max_memory_allocated(self.tensors[0].device) if self._on_gpu else None
-        footprint = Footprint(self._saved.live, self._walked, peak)
+        footprint = None
+        if self.measures:
+            peak = torch.cuda.max_memory_allocated(self.tensors[0].device) if self._on_gpu else None
+            footprint = Footprint(self._saved.live if self._count_saved else None, self._walked, peak)
         return (
             slot, iteration, tick, self.last_loss, self.status == "diverged", self.error,
             self.weights, self.grad_data, self.grad_present, fresh, prior, footprint,

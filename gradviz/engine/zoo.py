@@ -593,7 +593,7 @@ class RNN(Task):
         x, y = names
         lines = [self._zeros()] if loop.accumulate == 1 else []
         if loop.accumulate > 1 and loop.hidden == "detach":
-            lines.append("hidden = hidden.detach()  # the graph stops at this chunk's start")
+            lines.append("hidden = hidden.detach()")
         return [
             *lines,
             f"out, hidden = rnn({x}, hidden)",

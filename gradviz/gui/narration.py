@@ -63,7 +63,8 @@ def _forward_sentence(rec: Any, moment: Moment) -> str:
     if loss is None or not np.isfinite(loss):
         return f"the forward pass gave loss = {fmt.number(loss)}: this run diverged and stops here."
     micro = f" on micro-batch {rec.micro + 1}" if _accumulates(moment, rec.run) else ""
-    saved = f", saving {rec.footprint.saved:,} bytes for backward" if rec.footprint is not None else ""
+    held = rec.footprint.saved if rec.footprint is not None else None
+    saved = f", saving {held:,} bytes for backward" if held is not None else ""
     return (
         f"the forward pass computed loss = {fmt.number(loss)}{micro} and built the graph{saved}; "
         "no .grad changed yet."
@@ -108,12 +109,15 @@ def _two_models_sentence(rec: Any, moment: Moment, names: Sequence[str]) -> str 
 
 
 def _backward_sentence(rec: Any, moment: Moment) -> str:
-    sentence = _grads_sentence(rec, moment)
     nodes = rec.footprint.nodes if rec.footprint is not None else None
     if nodes is not None and moment.info.scenario.model.kind == "rnn":
         # How far back the graph reaches is what detaching the hidden state decides.
-        sentence = sentence.rstrip(".") + f"; it walked {nodes:,} autograd nodes back from the loss."
-    return sentence
+        run = moment.info.run(rec.run)
+        fresh = rec.fresh_grads or {}
+        name = _main_param(fresh, run.names, moment)
+        added = f", adding {_amount(fresh[name])} to {name}.grad" if name is not None else ""
+        return f"backward() walked {nodes:,} autograd nodes back from the loss{added}."
+    return _grads_sentence(rec, moment)
 
 
 def _grads_sentence(rec: Any, moment: Moment) -> str:
