@@ -144,6 +144,8 @@ def _backward_main(rec: Any, moment: Moment, name: str, fresh: dict[str, Any], s
     spec = moment.info.runs[moment.info.run_index(rec.run)].spec
     if "zero_grad" not in spec.loop.order:
         why = "because zero_grad was skipped"
+    elif spec.loop.backwards > 1 and count <= spec.loop.backwards * spec.loop.accumulate:
+        why = "because the loop calls backward() again through the same graph, kept by retain_graph=True"
     elif spec.loop.accumulate > 1 and count <= spec.loop.accumulate:
         why = "by design: the micro-batches of one step accumulate"
     else:

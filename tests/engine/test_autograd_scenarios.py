@@ -250,3 +250,71 @@ def test_virtual_batch_on_cuda_peak_allocation_is_smaller():
     assert one.footprint.saved / later[0].footprint.saved == pytest.approx(4, rel=0.1)
     for rec in later:
         assert one.footprint.device_peak - rec.footprint.device_peak >= saved_gap / 2
+
+
+# ---------------------------------------------------------------- lesson fields and measuring
+
+
+def _with_lesson(order: list[str], question: dict, show: tuple[str, ...] = ()) -> str:
+    return tomli_w.dumps(
+        {
+            "name": "t",
+            # An MLP's second layer saves its weight for backward (the linear model saves none).
+            "model": {"kind": "mlp", "widths": [3]},
+            "data": {"kind": "wave", "n": 32, "batch_size": 8},
+            "iterations": 2,
+            "loop": {"order": order},
+            "runs": [{"name": "r"}],
+            "lesson": {
+                "point": "p",
+                "show": list(show),
+                "stops": [
+                    {"at": {"iteration": 0, "op": "backward"}, "caption": "c", "questions": [question]}
+                ],
+            },
+        }
+    )
+
+
+STANDARD = ["zero_grad", "forward", "backward", "step"]
+NUMBER = {"ask": "How many?", "kind": "number"}
+
+
+@pytest.mark.parametrize(
+    ("order", "question", "words"),
+    [
+        (STANDARD, {**NUMBER, "read": {"quantity": "saved", "param": "0.bias"}}, "saved is the run's"),
+        (
+            STANDARD,
+            {"ask": "Raises?", "kind": "choice", "choices": [
+                {"text": "yes", "claim": {"raised": False}}, {"text": "no", "claim": {"raised": True}},
+            ]},
+            "choices[0].claim.raised: found False; allowed: true",
+        ),
+    ],
+)  # fmt: skip
+def test_bad_reads_and_claims_of_autograd_get_one_sentence(order, question, words):
+    with pytest.raises(ScenarioError) as err:
+        loads_scenario(_with_lesson(order, question), "t.toml")
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_saved_bytes_are_not_read_where_a_step_comes_between_forward_and_backward():
+    from gradviz.engine.quiz import check_lesson
+
+    order = ["zero_grad", "forward", "step", "backward"]
+    sc = loads_scenario(_with_lesson(order, {**NUMBER, "read": {"quantity": "saved"}}), "t.toml")
+    with pytest.raises(ScenarioError) as err:
+        check_lesson(sc)
+    assert "steps between its forward and its backward" in str(err.value)
+
+
+def test_measuring_never_hides_pytorchs_in_place_check():
+    """With memory leading, a step between forward and backward still raises PyTorch's own error
+    (from iteration 1, when the step has a .grad to move the weights with)."""
+    order = ["forward", "step", "backward"]
+    sc = loads_scenario(_with_lesson(order, {**NUMBER, "read": {"quantity": "nodes"}}, ("memory",)), "t.toml")
+    recs = records_by_run(Lab(sc), 2)["r"]
+    failed = [r for r in recs if r.error]
+    assert failed and "modified by an inplace operation" in failed[0].error
+    assert all(r.footprint is not None and r.footprint.saved is None for r in recs)
