@@ -179,7 +179,8 @@ class Run:
             batch = self._micro_batch(iteration, slot.micro)
             if slot.micro == 0:
                 self.task.start_batch()
-            if measure and self._count_saved:
+            # Counted in every mode: a replay rebuilds graphs that later records must see held.
+            if self.measures and self._count_saved:
                 with self._saved.hooks(self.tensors):
                     loss = self.task.loss(phase, batch, iteration, self.loop)
             else:

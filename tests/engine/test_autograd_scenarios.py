@@ -318,3 +318,12 @@ def test_measuring_never_hides_pytorchs_in_place_check():
     failed = [r for r in recs if r.error]
     assert failed and "modified by an inplace operation" in failed[0].error
     assert all(r.footprint is not None and r.footprint.saved is None for r in recs)
+
+
+def test_saved_bytes_after_going_back_are_those_of_the_first_pass():
+    """Going back replays the retained chunks' graphs: the bytes they hold are still counted."""
+    lab = Lab(load_builtin("rnn-tbptt"))
+    first = records_by_run(lab, 1)["retain"]
+    lab.seek(4)  # just after the second chunk's backward
+    again = [r for r in lab.iterate(1) if r.run == "retain"]
+    assert [r.footprint.saved for r in again] == [r.footprint.saved for r in first[5:]]
