@@ -327,3 +327,35 @@ def test_saved_bytes_after_going_back_are_those_of_the_first_pass():
     lab.seek(4)  # just after the second chunk's backward
     again = [r for r in lab.iterate(1) if r.run == "retain"]
     assert [r.footprint.saved for r in again] == [r.footprint.saved for r in first[5:]]
+
+
+@pytest.mark.parametrize(
+    ("model", "data"),
+    [
+        ({"kind": "mlp", "widths": [3]}, {"kind": "wave", "n": 32, "batch_size": 8}),
+        ({"kind": "gan", "hidden": 3}, {"kind": "gaussian", "n": 32, "batch_size": 8}),
+        ({"kind": "rnn", "hidden": 3}, {"kind": "sequence", "n": 16, "batch_size": 8}),
+    ],
+)
+def test_retained_second_backward_adds_the_same_gradient_again_for_every_model(model, data):
+    text = tomli_w.dumps(
+        {
+            "name": "t",
+            "iterations": 2,
+            "model": model,
+            "data": data,
+            "runs": [{"name": "once"}, {"name": "twice", "backwards": 2, "retain_graph": True}],
+        }
+    )
+    recs = records_by_run(Lab(loads_scenario(text, "t.toml")), 1)
+    once = [r for r in recs["once"] if r.op == "backward"]
+    twice = [r for r in recs["twice"] if r.op == "backward"]
+    assert len(twice) == 2 * len(once) and not any(r.error for r in twice)
+    # The first call is the plain loop's backward (before any step tells the runs apart).
+    assert all(np.array_equal(twice[0].grads[n], g) for n, g in once[0].grads.items())
+    for first, second in zip(twice[::2], twice[1::2], strict=True):
+        for name, g in first.fresh_grads.items():
+            # The second call adds this forward's gradient again.
+            assert (g is None and second.fresh_grads[name] is None) or np.array_equal(
+                second.fresh_grads[name], g
+            )
