@@ -15,7 +15,8 @@
 - On CUDA, the allocator's peak during the op (``torch.cuda.max_memory_allocated``).
 
 Measuring costs a Python call per saved tensor and a walk of the graph per
-backward (a third more time per op of a small model), so a run measures only
+backward (a fifth to a third more time per op of a small model, see
+bench/bench_footprint.py), so a run measures only
 where its scenario's lesson leads with memory or asks for these figures
 (:func:`wanted`).
 """

@@ -82,7 +82,7 @@ class Run:
         # The learning rates last read, raw and as recorded (one dictionary while they hold).
         self._lrs: tuple[list[Any], dict[str, float]] = ([], {"lr": spec.optimizer.lr})
         self.current = self.capture()
-        # What autograd holds for backward, counted in full records (see engine/footprint.py).
+        # What autograd holds and walks, measured where the lesson asks (see engine/footprint.py).
         self._saved = SavedBytes()
         self.measures = wanted(scenario)
         self._count_saved = can_count_saved(self.loop.order)
