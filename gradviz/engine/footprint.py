@@ -16,9 +16,8 @@
 
 Measuring costs a Python call per saved tensor and a walk of the graph per
 backward (a fifth to a third more time per op of a small model, see
-bench/bench_footprint.py), so a run measures only
-where its scenario's lesson leads with memory or asks for these figures
-(:func:`wanted`).
+``bench/bench_footprint.py``), so a run measures only where its scenario's
+lesson leads with memory or asks for these figures (:func:`wanted`).
 """
 
 from __future__ import annotations
