@@ -8,6 +8,7 @@ task so the code shown and the code run cannot drift apart.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -155,6 +156,10 @@ class Task:
     def start_batch(self) -> None:
         """Called before the first micro-batch's forward of each iteration: state carried between
         micro-batches starts afresh here."""
+
+    def twin(self) -> Task:
+        """A shallow copy whose loss the loss surface evaluates at other weights (under ``vmap``)."""
+        return copy.copy(self)
 
     def forward_lines(self, phase: Phase, names: Sequence[str], loop: LoopSpec) -> list[str]:
         raise NotImplementedError
@@ -553,6 +558,7 @@ class RNN(Task):
         self.modules["rnn"] = nn.RNN(1, h)
         self.modules["head"] = nn.Linear(h, 1)
         self.hidden: torch.Tensor | None = None
+        self.unrolled = False
 
     def make_data(self, g: torch.Generator) -> Batch:
         d = self.data
@@ -589,6 +595,28 @@ class RNN(Task):
     def start_batch(self) -> None:
         self.hidden = torch.zeros(1, self.spec.hidden, device=self.device)
 
+    def twin(self) -> Task:
+        """The surface's copy: each evaluation starts from a zero hidden state, and the recurrence
+        runs step by step, ``tanh(linear(x, W_ih, b_ih) + linear(h, W_hh, b_hh))`` as ``nn.RNN``
+        computes it on the CPU, because ``vmap`` can batch those calls but not ``nn.RNN``'s."""
+        twin = copy.copy(self)
+        twin.hidden, twin.unrolled = None, True
+        return twin
+
+    def _recur(self, x: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rnn = self.modules["rnn"]
+        if not self.unrolled:
+            return rnn(x, hidden)
+        w_ih, w_hh, b_ih, b_hh = (
+            getattr(rnn, f"{k}_l0") for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        )
+        linear = nn.functional.linear
+        steps = []
+        for x_t in x.split(1):
+            hidden = torch.tanh(linear(x_t, w_ih, b_ih) + linear(hidden, w_hh, b_hh))
+            steps.append(hidden)
+        return torch.cat(steps), hidden
+
     def forward_lines(self, phase: Phase, names: Sequence[str], loop: LoopSpec) -> list[str]:
         x, y = names
         lines = [self._zeros()] if loop.accumulate == 1 else []
@@ -609,7 +637,7 @@ class RNN(Task):
         assert hidden is not None
         if loop.hidden == "detach":
             hidden = hidden.detach()
-        out, self.hidden = self.modules["rnn"](x, hidden)
+        out, self.hidden = self._recur(x, hidden)
         return _scale(nn.functional.mse_loss(self.modules["head"](out), y), loop)
 
 

@@ -359,3 +359,19 @@ def test_retained_second_backward_adds_the_same_gradient_again_for_every_model(m
             assert (g is None and second.fresh_grads[name] is None) or np.array_equal(
                 second.fresh_grads[name], g
             )
+
+
+def test_rnn_surface_at_the_weights_is_nn_rnns_loss_over_the_sequence():
+    from gradviz.engine import landscape
+
+    lab = Lab(load_builtin("rnn-tbptt"))
+    lab.run_iterations(1)
+    plane = landscape.plane_for(lab, "detach", "random")
+    (grid,) = landscape.evaluate(lab, "detach", plane, 5, 0.5)
+    task = lab.run("detach").task
+    x, y = task.inputs
+    with torch.no_grad():
+        out, _ = task.modules["rnn"](x, torch.zeros(1, task.spec.hidden))
+        plain = torch.nn.functional.mse_loss(task.modules["head"](out), y).item()
+    assert grid.Z[2, 2] == pytest.approx(plain, rel=1e-6) and np.isfinite(grid.Z).all()
+    assert task.hidden is not None and not task.unrolled  # the live run is left as it was
