@@ -630,14 +630,15 @@ class RNN(Task):
 
     def loss(self, phase: Phase, batch: Batch, iteration: int, loop: LoopSpec) -> torch.Tensor:
         x, y = batch
+        # The surface's twin evaluates the whole sequence from a zero state, each time afresh.
         hidden = self.hidden
-        if hidden is None:
-            self.start_batch()
-            hidden = self.hidden
-        assert hidden is not None
+        if hidden is None or self.unrolled:
+            hidden = torch.zeros(1, self.spec.hidden, device=x.device)
         if loop.hidden == "detach":
             hidden = hidden.detach()
-        out, self.hidden = self._recur(x, hidden)
+        out, last = self._recur(x, hidden)
+        if not self.unrolled:
+            self.hidden = last
         return _scale(nn.functional.mse_loss(self.modules["head"](out), y), loop)
 
 
