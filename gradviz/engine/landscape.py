@@ -552,7 +552,7 @@ class _LossModule(nn.Module):
         self.outside = nn.ParameterDict(
             {k: nn.Parameter(p.detach().clone()) for k, p in task.outside.items()}
         )
-        twin = copy.copy(task)
+        twin = task.twin()
         twin.modules = dict(self.nets.items())
         twin.outside = self.outside  # type: ignore[assignment]
         self.twin, self.phase, self.data, self.iteration, self.loop = twin, phase, batch, iteration, loop

@@ -39,12 +39,15 @@ STOP_KEYS = ("at", "caption", "hide_future", "questions")
 AT_KEYS = ("run", "iteration", "op", "nth")
 KINDS = ("number", "choice")
 # What a number question may read, after the stop's op: a parameter's value, its .grad,
-# what this backward added (fresh) or found there (stale), the learning rate, the loss.
-READS = ("grad", "value", "fresh", "stale", "lr", "loss")
+# what this backward added (fresh) or found there (stale), the learning rate, the loss, the
+# bytes autograd holds saved for backward, the autograd nodes a backward walked.
+READS = ("grad", "value", "fresh", "stale", "lr", "loss", "saved", "nodes")
+# Reads of the run as a whole: they name no parameter.
+RUN_READS = ("loss", "saved", "nodes")
 # Quantities that read one parameter (the others read the run).
 PARAM_READS = ("grad", "value", "fresh", "stale")
 # A claim is a table with exactly one of these keys, its verb.
-VERBS = ("changed", "moved", "filled", "cleared", "dirty", "none", "zeros", "same", "all")
+VERBS = ("changed", "moved", "filled", "cleared", "dirty", "none", "zeros", "same", "raised", "all")
 # The verbs whose value names parameters: a name, a module prefix ("G"), "*", or a list of them.
 PARAM_VERBS = ("moved", "filled", "cleared", "dirty", "none", "zeros")
 # What `changed` compares, and what `same` compares between two runs.
@@ -65,6 +68,7 @@ VERB_KEYS: dict[str, tuple[str, ...]] = {
     "none": ("when",),
     "zeros": ("when",),
     "same": ("as",),
+    "raised": (),
     "all": (),
 }
 ALL_PARAMS = "*"
@@ -158,6 +162,8 @@ class Claim:
         out: dict[str, Any] = {}
         if self.verb == "all":
             out["all"] = [p.to_dict() for p in self.parts]
+        elif self.verb == "raised":
+            out["raised"] = True
         else:
             out[self.verb] = list(self.target) if isinstance(self.target, tuple) else self.target
         if self.run is not None:
@@ -482,9 +488,9 @@ def _read_read(t: _Table, run_names: Sequence[str], error: ErrorMaker) -> Read:
     param = t.get("param", "str", None)
     if quantity in PARAM_READS and param is None:
         raise _missing(t, "param", f"the parameter to read ({quantity} is a parameter's)")
-    if quantity == "loss" and param is not None:
+    if quantity in RUN_READS and param is not None:
         raise ScenarioError(
-            f"{t.where}: {t.key('param')}: the loss is the run's, not a parameter's; allowed: no param."
+            f"{t.where}: {t.key('param')}: {quantity} is the run's, not a parameter's; allowed: no param."
         )
     t.finish(("quantity", "run", "param"))
     return Read(quantity=quantity, run=run, param=param)
@@ -523,6 +529,11 @@ def _read_claim(t: _Table, run_names: Sequence[str], error: ErrorMaker, inner: b
         target = t.choice("changed", CHANGES, CHANGES[0])
     elif verb == "same":
         target = t.choice("same", SAMES, SAMES[0])
+    elif verb == "raised":
+        # The claim that the stop's op raised; `not = true` claims it ran through.
+        if t.get("raised", "bool", True) is not True:
+            raise error(t.key("raised"), False, "true (and `not = true` for an op that runs through)")
+        target = ""
     else:
         target = _targets(t, verb, error)
     since = t.choice("since", SINCE, "stop") if verb in ("changed", "moved") else "stop"

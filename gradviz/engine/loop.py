@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gradviz.engine.scenario import Op, OptimizerSpec, RunSpec
+from gradviz.engine.scenario import LoopSpec, Op, OptimizerSpec, RunSpec
 from gradviz.engine.zoo import Phase, Task
 
 INDENT = "    "
@@ -16,7 +16,11 @@ INDENT = "    "
 
 @dataclass(frozen=True)
 class OpSlot:
-    """One op of an iteration: what it does and which source lines it stands for."""
+    """One op of an iteration: what it does and which source lines it stands for.
+
+    ``again`` counts the backward calls through one forward's graph before this one
+    (0 for the first; a loop with ``backwards = 2`` calls it twice).
+    """
 
     phase: str
     op: Op
@@ -24,11 +28,12 @@ class OpSlot:
     line: int
     first: int
     last: int
+    again: int = 0
 
     @property
-    def key(self) -> tuple[str, str, int]:
+    def key(self) -> tuple[str, str, int, int]:
         """What identifies the op across runs, for lining runs up side by side."""
-        return (self.phase, self.op, self.micro)
+        return (self.phase, self.op, self.micro, self.again)
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,11 @@ def _step_lines(phase: Phase, run: RunSpec) -> list[str]:
     return [f"{phase.optimizer}.step()"]
 
 
+def backward_line(phase: Phase, loop: LoopSpec) -> str:
+    """The ``backward()`` call as run: with ``retain_graph=True`` where the loop keeps the graph."""
+    return f"{phase.loss_var}.backward({'retain_graph=True' if loop.retain_graph else ''})"
+
+
 def build_program(task: Task, run: RunSpec) -> Program:
     """Render ``run``'s training loop for ``task`` and list the ops of one iteration."""
     loop = run.loop
@@ -106,6 +116,7 @@ def build_program(task: Task, run: RunSpec) -> Program:
             elif op == "forward":
                 with_backward = i + 1 < len(order) and order[i + 1] == "backward"
                 if k > 1:
+                    lines.extend(INDENT + b for b in task.chunks_setup_lines(loop))
                     names = [v + "k" for v in task.batch_vars]
                     if names:
                         chunks = ", ".join(f"{v}.chunk({k})" for v in task.batch_vars)
@@ -118,16 +129,20 @@ def build_program(task: Task, run: RunSpec) -> Program:
                 fwd_first = len(lines)
                 lines.extend(inner + b for b in task.forward_lines(phase, names, loop))
                 fwd = (fwd_first + 1, len(lines))
-                bwd_line = -1
+                bwd_lines: list[int] = []
                 if with_backward:
-                    lines.append(f"{inner}{phase.loss_var}.backward()")
-                    bwd_line = len(lines)
+                    for _ in range(loop.backwards):
+                        lines.append(inner + backward_line(phase, loop))
+                        bwd_lines.append(len(lines))
                     i += 1
                 for m in range(k):
                     ops.append(OpSlot(phase.name, "forward", m, fwd[1], fwd[0], fwd[1]))
-                    if with_backward:
-                        ops.append(OpSlot(phase.name, "backward", m, bwd_line, bwd_line, bwd_line))
+                    for again, b in enumerate(bwd_lines):
+                        ops.append(OpSlot(phase.name, "backward", m, b, b, b, again))
             elif op == "backward":
-                emit([f"{phase.loss_var}.backward()"], INDENT, phase.name, op, range(1))
+                for again in range(loop.backwards):
+                    lines.append(INDENT + backward_line(phase, loop))
+                    n = len(lines)
+                    ops.append(OpSlot(phase.name, op, 0, n, n, n, again))
             i += 1
     return Program("\n".join(lines) + "\n", tuple(ops))

@@ -47,7 +47,7 @@ SURFACE_BYTES_PER_PARAMETER = 100
 ACTIVATION_FLOATS_PER_UNIT = 3
 # The surface's activation chunk, as gradviz.engine.landscape sizes it on the CPU.
 SURFACE_CHUNK_BYTES = 4 * 1024 * 1024
-INPUTS_OF_DATA = {"line": 1, "blobs": 2, "wave": 2, "gaussian": 1, "none": 0}
+INPUTS_OF_DATA = {"line": 1, "blobs": 2, "wave": 2, "gaussian": 1, "sequence": 1, "none": 0}
 
 
 def layer_widths(model: ModelSpec, data: DataSpec) -> list[tuple[int, int]]:
@@ -63,6 +63,10 @@ def layer_widths(model: ModelSpec, data: DataSpec) -> list[tuple[int, int]]:
     if kind == "gan":
         h = model.hidden
         return [(1, h), (h, 1)] * 2
+    if kind == "rnn":
+        # torch.nn.RNN(1, h): input-to-hidden and hidden-to-hidden, each with a bias; the head.
+        h = model.hidden
+        return [(1, h), (h, h), (h, 1)]
     return []
 
 

@@ -27,6 +27,7 @@ from typing import IO, Any
 import numpy as np
 
 from gradviz.engine.errors import ScenarioError, quoted
+from gradviz.engine.footprint import can_count_saved
 from gradviz.engine.lab import Lab
 from gradviz.engine.lesson import (
     LABELS,
@@ -54,6 +55,8 @@ SAME_RTOL, SAME_ATOL = 1e-5, 1e-6
 # Parameters listed one by one in a sentence; more are summed up.
 LISTED = 4
 INTERVIEW = "interview"
+# Reads that count (bytes, nodes): answers shown whole, with thousands separated.
+COUNTS = ("saved", "nodes")
 
 
 # ---------------------------------------------------------------- placing stops
@@ -176,7 +179,7 @@ def _check_fields(lab: Lab, placed: PlacedStop) -> None:
     for field, _q, _c, item in stop_paths(placed.stop, placed.path):
         run = item.run or placed.run
         slot = _slot(lab, run, placed.tick)
-        needs_backward = (isinstance(item, Read) and item.quantity in ("fresh", "stale")) or (
+        needs_backward = (isinstance(item, Read) and item.quantity in ("fresh", "stale", "nodes")) or (
             isinstance(item, Claim) and item.verb == "filled"
         )
         if needs_backward and (slot is None or slot.op != "backward"):
@@ -184,9 +187,15 @@ def _check_fields(lab: Lab, placed: PlacedStop) -> None:
             what = f"{field}.quantity" if isinstance(item, Read) else f"{field}.filled"
             raise ScenarioError(
                 f"{where}: {what}: run {quoted(run)} {doing} at this stop, not backward(); "
-                "allowed: fresh, stale and filled at a stop where that run calls backward()."
+                "allowed: fresh, stale, nodes and filled at a stop where that run calls backward()."
             )
         if isinstance(item, Read):
+            if item.quantity == "saved" and not can_count_saved(lab.runs[_run_index(lab, run)].loop.order):
+                raise ScenarioError(
+                    f"{where}: {field}.quantity: run {quoted(run)} steps between its forward and its "
+                    "backward, where the bytes saved for backward are not counted; allowed: saved in a "
+                    "run whose step() comes after its backward()."
+                )
             if item.param is not None and sizes[item.param] != 1:
                 raise ScenarioError(
                     f"{where}: {field}.param: found {quoted(item.param)}, which holds "
@@ -577,6 +586,16 @@ def _same(m: _Moment, claim: Claim, run: str) -> tuple[bool, str]:
     return truth, f"{when}, {run}'s {what} and {other}'s are {verdict}"
 
 
+def _raised(m: _Moment, claim: Claim, run: str) -> tuple[bool, str]:
+    rec = m.record(run)
+    call = m.call(run) or "this moment"
+    if rec is None:
+        return False, f"{call}: this run performs no op here"
+    if rec.error:
+        return True, f"{call} raised {rec.error_sentence} The run stops there, as your program would."
+    return False, f"{call} ran through without an error"
+
+
 _VERBS = {
     "changed": _changed,
     "moved": _moved,
@@ -586,6 +605,7 @@ _VERBS = {
     "none": _grad_state,
     "zeros": _grad_state,
     "same": _same,
+    "raised": _raised,
 }
 
 
@@ -607,6 +627,8 @@ def _read(m: _Moment, read: Read) -> tuple[float | None, str]:
         text = f"the loss is {fmt.number(loss)}"
         call = m.call(run)
         return loss, who + (f"{text} after {call}" if call else text)
+    if q in ("saved", "nodes"):
+        return _footprint_read(m, run, q)
     if q == "lr":
         before = m.before(run)
         x, value = m.lr_of(run, before, p)
@@ -659,6 +681,23 @@ def _read(m: _Moment, read: Read) -> tuple[float | None, str]:
     return _number(grad), text
 
 
+def _footprint_read(m: _Moment, run: str, q: str) -> tuple[float | None, str]:
+    """Bytes saved for backward after the stop's op, or the autograd nodes its backward walked."""
+    rec = m.record(run)
+    foot = rec.footprint if rec is not None else None
+    call = m.call(run) or "this moment"
+    who = m.who(run)
+    if foot is None:
+        return None, f"{who}{call}: nothing was measured here"
+    if q == "saved":
+        if foot.saved is None:
+            return None, f"{who}this loop's order leaves the bytes saved for backward uncounted"
+        return float(foot.saved), f"{who}after {call}, autograd holds {_bytes(foot.saved)} saved for backward"
+    if foot.nodes is None:
+        return None, f"{who}{call} walked no graph"
+    return float(foot.nodes), f"{who}{call} walked {foot.nodes:,} autograd nodes, from the loss to the leaves"
+
+
 # ---------------------------------------------------------------- outcomes and reveals
 
 
@@ -695,6 +734,8 @@ class Outcome:
         """The right answer as text: ``a) ...`` or the number."""
         q = self.question
         if q.kind == "number":
+            if self.value is not None and q.read is not None and q.read.quantity in COUNTS:
+                return f"{int(self.value):,}"
             return fmt.number(self.value)
         if not self.correct:
             return "none of the choices holds in this run"

@@ -20,12 +20,15 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 import numpy as np
 
 from gradviz.engine.loop import OpSlot
 from gradviz.engine.scenario import Op
+
+if TYPE_CHECKING:
+    from gradviz.engine.footprint import Footprint
 
 StateKey = tuple[str, str, tuple[int, ...], str]  # (parameter, state key, shape, "dtype@where")
 
@@ -240,6 +243,8 @@ class OpRecord(NamedTuple):
     snapshot: Snapshot
     fresh: Grads | None = None
     prior: Grads | None = None
+    # What autograd held and walked (engine/footprint.py): saved bytes, a backward's nodes.
+    footprint: Footprint | None = None
 
     @property
     def op(self) -> Op:
@@ -262,6 +267,14 @@ class OpRecord(NamedTuple):
     def lines(self) -> tuple[int, int]:
         """The first and last source line of the op's statement."""
         return (self.slot.first, self.slot.last)
+
+    @property
+    def error_sentence(self) -> str | None:
+        """The error's first sentence, in PyTorch's own words: short enough for a line of a view."""
+        if self.error is None:
+            return None
+        head, dot, _ = self.error.partition(". ")
+        return head + "." if dot else self.error
 
     @property
     def memory(self) -> dict[str, int]:

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from gradviz.engine.copying import EMPTY, flat_copy, join, numpy_views
+from gradviz.engine.footprint import Footprint, SavedBytes, can_count_saved, graph_nodes, wanted
 from gradviz.engine.loop import OpSlot, build_program
 from gradviz.engine.record import Grads, Layout, OpRecord, Snapshot, StateKey, Weights
 from gradviz.engine.scenario import RunSpec, Scenario
@@ -71,6 +72,12 @@ class Run:
         self._lr_read: list[Any] = []
         self._lrs: dict[str, float] = {"lr": spec.optimizer.lr}
         self.current = self.capture()
+        # What autograd holds and walks, measured where the lesson asks (see engine/footprint.py).
+        self._saved = SavedBytes()
+        self.measures = wanted(scenario)
+        self._count_saved = can_count_saved(self.loop.order)
+        self._walked: int | None = None
+        self._on_gpu = self.tensors[0].device.type != "cpu"
 
     def _ops_writing_grads(self) -> frozenset[str]:
         """The ops that may change a ``.grad``, after which a record copies them again.
@@ -144,25 +151,37 @@ class Run:
             for p in self._phase_tensors[phase.name]:
                 p -= lr * p.grad  # type: ignore[operator,misc]  # None raises, as in user code
 
-    def _perform(self, slot: OpSlot, iteration: int) -> None:
+    def _perform(self, slot: OpSlot, iteration: int, measure: bool = False) -> None:
         phase = self.phases[slot.phase]
         if slot.op == "zero_grad":
             self._zero_grad(phase)
         elif slot.op == "forward":
             batch = self._micro_batch(iteration, slot.micro)
-            loss = self.task.loss(phase, batch, iteration, self.loop)
+            if slot.micro == 0:
+                self.task.start_batch()
+            # Counted in every mode: a replay rebuilds graphs that later records must see held.
+            if self.measures and self._count_saved:
+                with self._saved.hooks(self.tensors):
+                    loss = self.task.loss(phase, batch, iteration, self.loop)
+            else:
+                loss = self.task.loss(phase, batch, iteration, self.loop)
             self._live_loss[phase.name] = loss
             if self.graph_observer is not None:
                 self.graph_observer.forward(self, slot, iteration, loss)
             self.last_loss = float(loss.item())
         elif slot.op == "backward":
-            loss = self._live_loss.pop(phase.name)
+            # The loss stays for the backward calls after this one through the same graph.
+            last = slot.again == self.loop.backwards - 1
+            loss = self._live_loss.pop(phase.name) if last else self._live_loss[phase.name]
             self._fresh.clear()
+            retain = self.loop.retain_graph
+            if measure:
+                self._walked = graph_nodes(loss)
             if self.graph_observer is None:
-                loss.backward()
+                loss.backward(retain_graph=retain)
             else:
                 with self.graph_observer.backward(self, slot, iteration, loss):
-                    loss.backward()
+                    loss.backward(retain_graph=retain)
         else:
             self._step(phase)
 
@@ -183,8 +202,13 @@ class Run:
             adding = mode == "full" and True in self.current.grad_present
             if adding != bool(self._hooks):
                 self._catch_fresh_grads(adding)
+        measure = mode == "full" and self.measures
+        if measure:
+            self._walked = None
+            if self._on_gpu:
+                torch.cuda.reset_peak_memory_stats(self.tensors[0].device)
         try:
-            self._perform(slot, iteration)
+            self._perform(slot, iteration, measure)
         except Exception as exc:
             self.status = "error"
             self.error = f"{type(exc).__name__}: {exc}"
@@ -220,9 +244,13 @@ class Run:
             fresh = self._fresh_copy() if self._hooks else grads
         if weights is not before.weights or grads is not before.grad_copy:
             self.current = Snapshot(weights, grads)
+        footprint = None
+        if self.measures:
+            peak = torch.cuda.max_memory_allocated(self.tensors[0].device) if self._on_gpu else None
+            footprint = Footprint(self._saved.live if self._count_saved else None, self._walked, peak)
         return OpRecord(
             self.name, index, tick, iteration, slot, self.last_loss, self.status == "diverged", self.error,
-            self.current, fresh, prior,
+            self.current, fresh, prior, footprint,
         )  # fmt: skip
 
     def _copy_grads(self) -> Grads:

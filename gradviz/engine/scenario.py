@@ -27,6 +27,10 @@ Op = Literal["zero_grad", "forward", "backward", "step"]
 OPS: tuple[Op, ...] = ("zero_grad", "forward", "backward", "step")
 ZERO_GRAD_VIA = ("optimizer", "model", "manual")
 FAKE_MODES = ("detach", "no_grad", "none")
+# What an RNN's loop does with the hidden state between chunks of the sequence.
+HIDDEN_MODES = ("detach", "keep")
+# How many times backward() may run through one forward's graph.
+MAX_BACKWARDS = 4
 DEVICES = ("cpu", "cuda", "mps", "auto")
 OPTIMIZER_KINDS = ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "manual")
 # Switches that pick an implementation rather than a behaviour: they would make
@@ -42,6 +46,7 @@ MODEL_KEYS: dict[str, tuple[str, ...]] = {
     "rosenbrock": ("start",),
     "saddle": ("start",),
     "gan": ("hidden",),
+    "rnn": ("hidden",),
 }
 DATA_FOR_MODEL: dict[str, tuple[str, ...]] = {
     "linear": ("line",),
@@ -52,15 +57,20 @@ DATA_FOR_MODEL: dict[str, tuple[str, ...]] = {
     "rosenbrock": ("none",),
     "saddle": ("none",),
     "gan": ("gaussian",),
+    "rnn": ("sequence",),
 }
 DATA_KEYS: dict[str, tuple[str, ...]] = {
     "line": ("n", "batch_size", "shuffle", "noise", "slope", "intercept", "x"),
     "blobs": ("n", "batch_size", "shuffle", "noise", "separation"),
     "wave": ("n", "batch_size", "shuffle", "noise"),
     "gaussian": ("n", "batch_size", "shuffle", "mean", "std"),
+    "sequence": ("n", "batch_size", "noise"),
     "none": (),
 }
-LOOP_KEYS = ("order", "zero_grad", "set_to_none", "accumulate", "scale_loss", "fake")
+LOOP_KEYS = (
+    "order", "zero_grad", "set_to_none", "accumulate", "scale_loss", "fake",
+    "backwards", "retain_graph", "hidden",
+)  # fmt: skip
 # The largest magnitude a float32 holds: parameters, data and optimizer arithmetic
 # are float32, and torch refuses (mid-run) a Python float it cannot convert.
 FLOAT32_MAX = 3.4028234663852886e38
@@ -159,6 +169,9 @@ class LoopSpec:
     accumulate: int = 1
     scale_loss: bool = False
     fake: str = "detach"
+    backwards: int = 1
+    retain_graph: bool = False
+    hidden: str = "detach"
 
 
 @dataclass(frozen=True)
@@ -594,7 +607,16 @@ def _read_loop(t: _Table, base: LoopSpec) -> LoopSpec:
         accumulate=t.get("accumulate", "int", base.accumulate),
         scale_loss=t.get("scale_loss", "bool", base.scale_loss),
         fake=t.choice("fake", FAKE_MODES, base.fake),
+        backwards=t.get("backwards", "int", base.backwards),
+        retain_graph=t.get("retain_graph", "bool", base.retain_graph),
+        hidden=t.choice("hidden", HIDDEN_MODES, base.hidden),
     )
+    if not 1 <= spec.backwards <= MAX_BACKWARDS:
+        raise _error(
+            t.where, t.key("backwards"), spec.backwards, f"1 to {MAX_BACKWARDS} backward() calls per forward"
+        )
+    if spec.backwards > 1 and "backward" not in order:
+        raise _error(t.where, t.key("backwards"), spec.backwards, "1 for a loop without 'backward'")
     if not 1 <= spec.accumulate <= 64:
         raise _error(t.where, t.key("accumulate"), spec.accumulate, "1 to 64 micro-batches")
     if spec.accumulate > 1 and "backward" in order:

@@ -8,6 +8,7 @@ task so the code shown and the code run cannot drift apart.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -147,6 +148,18 @@ class Task:
 
     def loop_head(self) -> str:
         return f"for {', '.join(self.batch_vars)} in batches:"
+
+    def chunks_setup_lines(self, loop: LoopSpec) -> list[str]:
+        """The lines before the loop over micro-batches (state the chunks carry from one to the next)."""
+        return []
+
+    def start_batch(self) -> None:
+        """Called before the first micro-batch's forward of each iteration: state carried between
+        micro-batches starts afresh here."""
+
+    def twin(self) -> Task:
+        """A shallow copy whose loss the loss surface evaluates at other weights (under ``vmap``)."""
+        return copy.copy(self)
 
     def forward_lines(self, phase: Phase, names: Sequence[str], loop: LoopSpec) -> list[str]:
         raise NotImplementedError
@@ -532,6 +545,103 @@ class GAN(Task):
         return bce(D(real), ones) + bce(D(fake), torch.zeros_like(real))
 
 
+class RNN(Task):
+    """A one-layer ``torch.nn.RNN`` and a linear head predicting a seeded wave's next value.
+
+    With accumulation the sequence of each iteration is cut into chunks in time
+    (truncated backpropagation through time): the hidden state goes from one chunk
+    to the next, detached or not as the loop says.
+    """
+
+    def build(self) -> None:
+        h = self.spec.hidden
+        self.modules["rnn"] = nn.RNN(1, h)
+        self.modules["head"] = nn.Linear(h, 1)
+        self.hidden: torch.Tensor | None = None
+        self.unrolled = False
+
+    def make_data(self, g: torch.Generator) -> Batch:
+        d = self.data
+        t = torch.arange(d.n + 1, dtype=torch.float32)
+        wave = torch.sin(0.5 * t) + d.noise * torch.randn(d.n + 1, generator=g)
+        return wave[:-1].reshape(-1, 1), wave[1:].reshape(-1, 1)
+
+    def batch(self, iteration: int) -> Batch:
+        # A sequence is read in order: shuffling its points would destroy it.
+        bs = self.data.batch_size
+        j = iteration % (self.data.n // bs)
+        return tuple(t[j * bs : (j + 1) * bs] for t in self.inputs)
+
+    def phases(self) -> list[Phase]:
+        expr = "[*rnn.parameters(), *head.parameters()]"
+        return [Phase("", "optimizer", "rnn", tuple(self.params), expr, "loss")]
+
+    def model_lines(self) -> list[str]:
+        h = self.spec.hidden
+        return [f"rnn = torch.nn.RNN(1, {h})", f"head = torch.nn.Linear({h}, 1)"]
+
+    def setup_lines(self) -> list[str]:
+        return ["loss_fn = torch.nn.MSELoss()"]
+
+    def loop_head(self) -> str:
+        return "for x, y in sequences:"
+
+    def _zeros(self) -> str:
+        return f"hidden = torch.zeros(1, {self.spec.hidden})"
+
+    def chunks_setup_lines(self, loop: LoopSpec) -> list[str]:
+        return [self._zeros()]
+
+    def start_batch(self) -> None:
+        self.hidden = torch.zeros(1, self.spec.hidden, device=self.device)
+
+    def twin(self) -> Task:
+        """The surface's copy: each evaluation starts from a zero hidden state, and the recurrence
+        runs step by step, ``tanh(linear(x, W_ih, b_ih) + linear(h, W_hh, b_hh))`` as ``nn.RNN``
+        computes it on the CPU, because ``vmap`` can batch those calls but not ``nn.RNN``'s."""
+        twin = copy.copy(self)
+        twin.hidden, twin.unrolled = None, True
+        return twin
+
+    def _recur(self, x: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rnn = self.modules["rnn"]
+        if not self.unrolled:
+            return rnn(x, hidden)
+        w_ih, w_hh, b_ih, b_hh = (
+            getattr(rnn, f"{k}_l0") for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        )
+        linear = nn.functional.linear
+        steps = []
+        for x_t in x.split(1):
+            hidden = torch.tanh(linear(x_t, w_ih, b_ih) + linear(hidden, w_hh, b_hh))
+            steps.append(hidden)
+        return torch.cat(steps), hidden
+
+    def forward_lines(self, phase: Phase, names: Sequence[str], loop: LoopSpec) -> list[str]:
+        x, y = names
+        lines = [self._zeros()] if loop.accumulate == 1 else []
+        if loop.accumulate > 1 and loop.hidden == "detach":
+            lines.append("hidden = hidden.detach()")
+        return [
+            *lines,
+            f"out, hidden = rnn({x}, hidden)",
+            self.scaled(f"loss = loss_fn(head(out), {y})", loop),
+        ]
+
+    def loss(self, phase: Phase, batch: Batch, iteration: int, loop: LoopSpec) -> torch.Tensor:
+        x, y = batch
+        # The surface's twin evaluates the whole sequence from a zero state, each time afresh.
+        hidden = self.hidden
+        if hidden is None or self.unrolled:
+            hidden = torch.zeros(1, self.spec.hidden, device=x.device)
+        if loop.hidden == "detach":
+            hidden = hidden.detach()
+        out, last = self._recur(x, hidden)
+        if not self.unrolled:
+            self.hidden = last
+        return _scale(nn.functional.mse_loss(self.modules["head"](out), y), loop)
+
+
 TASKS: dict[str, type[Task]] = {
     "linear": Linear,
     "linear-offset": LinearOffset,
@@ -541,6 +651,7 @@ TASKS: dict[str, type[Task]] = {
     "rosenbrock": Surface2D,
     "saddle": Surface2D,
     "gan": GAN,
+    "rnn": RNN,
 }
 
 

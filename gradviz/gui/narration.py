@@ -63,8 +63,10 @@ def _forward_sentence(rec: Any, moment: Moment) -> str:
     if loss is None or not np.isfinite(loss):
         return f"the forward pass gave loss = {fmt.number(loss)}: this run diverged and stops here."
     micro = f" on micro-batch {rec.micro + 1}" if _accumulates(moment, rec.run) else ""
+    held = rec.footprint.saved if rec.footprint is not None else None
+    saved = f", saving {held:,} bytes for backward" if held is not None else ""
     return (
-        f"the forward pass computed loss = {fmt.number(loss)}{micro} and built the graph; "
+        f"the forward pass computed loss = {fmt.number(loss)}{micro} and built the graph{saved}; "
         "no .grad changed yet."
     )
 
@@ -107,6 +109,18 @@ def _two_models_sentence(rec: Any, moment: Moment, names: Sequence[str]) -> str 
 
 
 def _backward_sentence(rec: Any, moment: Moment) -> str:
+    nodes = rec.footprint.nodes if rec.footprint is not None else None
+    if nodes is not None and moment.info.scenario.model.kind == "rnn":
+        # How far back the graph reaches is what detaching the hidden state decides.
+        run = moment.info.run(rec.run)
+        fresh = rec.fresh_grads or {}
+        name = _main_param(fresh, run.names, moment)
+        added = f", adding {_amount(fresh[name])} to {name}.grad" if name is not None else ""
+        return f"backward() walked {nodes:,} autograd nodes back from the loss{added}."
+    return _grads_sentence(rec, moment)
+
+
+def _grads_sentence(rec: Any, moment: Moment) -> str:
     run = moment.info.run(rec.run)
     names = run.phases.get(rec.phase, run.names) if rec.phase else run.names
     two = _two_models_sentence(rec, moment, names)
@@ -130,6 +144,8 @@ def _backward_main(rec: Any, moment: Moment, name: str, fresh: dict[str, Any], s
     spec = moment.info.runs[moment.info.run_index(rec.run)].spec
     if "zero_grad" not in spec.loop.order:
         why = "because zero_grad was skipped"
+    elif spec.loop.backwards > 1 and count <= spec.loop.backwards * spec.loop.accumulate:
+        why = "because the loop calls backward() again through the same graph, kept by retain_graph=True"
     elif spec.loop.accumulate > 1 and count <= spec.loop.accumulate:
         why = "by design: the micro-batches of one step accumulate"
     else:
@@ -203,7 +219,8 @@ def narrate(moment: Moment | None, run: str | None = None) -> str:
             continue
         prefix = f"{run}: " if len(moment.info.runs) > 1 else ""
         if rec.error:
-            return f"{prefix}the loop raised {rec.error}, as it would in your program; this run stops here."
+            said = (rec.error_sentence or rec.error).rstrip(".")
+            return f"{prefix}the loop raised {said}, as it would in your program; this run stops here."
         sentence = {
             "zero_grad": _zero_grad_sentence,
             "forward": _forward_sentence,

@@ -52,7 +52,7 @@ def test_every_builtin_loads_runs_and_renders_valid_python():
                 expected = {
                     "zero_grad": ("zero_grad(", "zero_()", "grad = None"),
                     "forward": ("loss",),
-                    "backward": (".backward()",),
+                    "backward": (".backward(",),
                     "step": (".step()", "p -= lr * p.grad"),
                 }[slot.op]
                 assert any(e in text for e in expected), (name, slot, text)

@@ -136,9 +136,28 @@ def readout_text(moment: Moment) -> str:
         else:
             lines.append(
                 f"{head}: lr {lr} · ‖weights‖ {fmt.number(_weights_norm(now))} · parameters "
-                f"{_bytes(params)} · .grad {_bytes(grads)}"
+                f"{_bytes(params)} · .grad {_bytes(grads)}{_autograd_text(now)}"
             )
     return "<br>".join(lines)
+
+
+def _nothing_added(back: Any) -> str:
+    """Why a backward added nothing to a ``.grad``: it raised, or the parameter is not in its graph."""
+    return "nothing (it raised)" if back.error else "nothing (not in this graph)"
+
+
+def _autograd_text(state: Any) -> str:
+    """What autograd holds after the run's last op and, after a backward, how much graph it walked."""
+    foot = getattr(state, "footprint", None)
+    if foot is None:
+        return ""
+    # Exact bytes, so that two runs' counts compare at a glance (36,864 B beside 9,216 B).
+    text = "" if foot.saved is None else f" · saved for backward {foot.saved:,} B"
+    if foot.nodes is not None:
+        text += f" · backward() walked {foot.nodes:,} nodes"
+    if foot.device_peak is not None:
+        text += f" · CUDA peak {_bytes(foot.device_peak)}"
+    return text
 
 
 def _memory(state: Any) -> tuple[int, int]:
@@ -597,7 +616,7 @@ class GradsView(QWidget):
             fresh = (back.fresh_grads or {}).get(param)
             stale = (back.stale_grads or {}).get(param)
             if fresh is None:
-                self._set(row, 3, None, "na", False, "nothing (not in this graph)")
+                self._set(row, 3, None, "na", False, _nothing_added(back))
             else:
                 self._set(row, 3, fresh, "array", just)
             self._set(row, 4, stale, "none" if stale is None else "array", False)
@@ -632,7 +651,7 @@ class GradsView(QWidget):
             self._set(row, 3, None, "na", False, "—")
             self._set(row, 4, None, "na", False, "—")
         else:
-            cell(3, [(back.fresh_grads or {}).get(p) for p in params], None, "nothing (not in this graph)")
+            cell(3, [(back.fresh_grads or {}).get(p) for p in params], None, _nothing_added(back))
             cell(4, [(back.stale_grads or {}).get(p) for p in params], None)
         parts: dict[str, list[Any]] = {}
         for p in params:
