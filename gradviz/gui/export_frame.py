@@ -11,6 +11,9 @@ cannot draw readably; :meth:`ExportFrame.too_small` finds the least size
 that can. A lesson card (:meth:`ExportFrame.show_card`) holds a question or
 its reveal over the views in large type.
 
+Both surfaces draw one :class:`~gradviz.gui.surface_state.SurfaceState`: the
+2-D view's, or the frame's own when only the 3-D surface is shown.
+
 The 3-D surface (``surface3d``) needs OpenGL: it is offered only where
 :func:`~gradviz.gui.display.gl_unavailable` finds it, on the real display
 platform, and nothing else imports ``pyqtgraph.opengl``.
