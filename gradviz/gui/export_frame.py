@@ -11,6 +11,9 @@ cannot draw readably; :meth:`ExportFrame.too_small` finds the least size
 that can. A lesson card (:meth:`ExportFrame.show_card`) holds a question or
 its reveal over the views in large type.
 
+Both surfaces draw one :class:`~gradviz.gui.surface_state.SurfaceState`: the
+2-D view's, or the frame's own when only the 3-D surface is shown.
+
 The 3-D surface (``surface3d``) needs OpenGL: it is offered only where
 :func:`~gradviz.gui.display.gl_unavailable` finds it, on the real display
 platform, and nothing else imports ``pyqtgraph.opengl``.
@@ -49,7 +52,8 @@ from gradviz.gui.layout import (
     position_text,
 )
 from gradviz.gui.narration import narrate
-from gradviz.gui.tape import LabInfo, Moment, PlaneSurface
+from gradviz.gui.surface_state import SurfaceState
+from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, PlaneSurface
 from gradviz.gui.theme import (
     BASE_POINT_SIZE,
     OP_COLORS,
@@ -316,19 +320,19 @@ class ExportFrame(QWidget):
         for key in style.views:
             if key != "surface3d":
                 self.views[key] = VIEWS[key].widget_class()()
-        # The 3-D view draws the 2-D view's grid and paths; a frame without the 2-D view keeps one unseen.
-        self.source: SurfaceView | None = self.views.get("surface")
-        self.hidden_source = False
+        # One surface state for both surfaces: the 2-D view's, or the frame's own when it has none.
+        self.surface: SurfaceView | None = self.views.get("surface")
+        self.state = self.surface.state if self.surface is not None else SurfaceState()
+        self._ask_plane: Callable[[PlaneRequest], None] | None = None
+        if self.surface is not None:
+            self.surface.plane_requested.connect(self._plane_requested)
         if "surface3d" in style.views:
             from gradviz.gui.views.surface3d import Surface3DView
 
-            if self.source is None:
-                self.source = SurfaceView()
-                self.hidden_source = True
-            view3d = Surface3DView(self.source)
+            view3d = Surface3DView(self.state)
             view3d.activate()
             self.views["surface3d"] = view3d
-        for view in self._all_views():
+        for view in self.views.values():
             view.set_theme(self.theme)
 
         self.caption = QLabel("")
@@ -390,10 +394,6 @@ class ExportFrame(QWidget):
         if grads is not None:
             grads.set_still()
 
-    def _all_views(self) -> list[Any]:
-        """The laid-out views and an unseen 2-D source of the 3-D view (drawn first, as it feeds it)."""
-        return ([self.source] if self.hidden_source else []) + list(self.views.values())
-
     def _caption_rules(self) -> str:
         t = self.theme
         return (
@@ -410,7 +410,7 @@ class ExportFrame(QWidget):
             w, h = VIEWS[key].min_size
             view.setMinimumSize(int(w * scale), int(h * scale))
         if self.frame_style.presentation:
-            for view in self._all_views():
+            for view in self.views.values():
                 if hasattr(view, "set_point_size"):
                     view.set_point_size(self.frame_style.point_size)
         self._set_caption_points(self._caption_points)
@@ -575,25 +575,35 @@ class ExportFrame(QWidget):
         A model that is not two-parameter asks for a plane here; the frame's owner
         answers with :meth:`set_plane_surface` (or :meth:`drop_surface`).
         """
-        # The 3-D view first: a surface handed to the 2-D view reaches it at once.
-        for view in sorted(self._all_views(), key=lambda v: v is self.source):
+        if self.surface is None:
+            self.state.set_lab(info)  # else the 2-D view's set_lab does
+        for view in self.views.values():
             view.set_lab(info)
-        if self.source is not None:
+        if self.surface is not None:
             # The plane picker and Recompute are for the window; on a slide the caption names the plane.
-            self.source.controls.setVisible(False)
+            self.surface.controls.setVisible(False)
         if "grads" in self.views:
             self.views["grads"].fit_columns()
 
     @property
     def wants_plane(self) -> bool:
         """Whether the surface is drawn over a plane (or curve) that has yet to be computed."""
-        s = self.source
-        return s is not None and s.mode in ("plane", "curve") and s.plane_surface is None
+        return self.state.mode in ("plane", "curve") and self.state.plane is None
 
     def set_plane_surface(self, surface: PlaneSurface) -> None:
-        """Hand a computed plane surface to the 2-D view (and through it to the 3-D one)."""
-        if self.source is not None:
-            self.source.set_plane_surface(surface)
+        """Hand a computed plane surface to the surface state (through the 2-D view, if shown)."""
+        if self.surface is not None:
+            self.surface.set_plane_surface(surface)
+        else:
+            self.state.set_plane_surface(surface)
+
+    def on_plane_request(self, ask: Callable[[PlaneRequest], None]) -> None:
+        """Call ``ask(request)`` when a path leaves the plane drawn: the wider plane surface to compute."""
+        self._ask_plane = ask
+
+    def _plane_requested(self, request: PlaneRequest) -> None:
+        if self._ask_plane is not None:
+            self._ask_plane(request)
 
     def drop_surface(self, info: LabInfo, reason: str) -> None:
         """Give the surfaces' space to the other views when no plane could be computed.
@@ -631,18 +641,26 @@ class ExportFrame(QWidget):
         self._moments = [*moments, last]
         self._tall = yield from self._measuring(self._moments)
         self.settle()
-        source = self.source
-        if source is not None:
-            source.draw(last)  # the range grows to hold every path, up to the view's cap
-            # Equal units across and up where the plot is seen and the surface is the true one.
-            square = source.mode == "model" and source.isVisibleTo(self)
-            (x0, x1), (y0, y1) = source.x_range, source.y_range
+        state = self.state
+        if state.ready:
+            # The extent grows to hold every path, up to the state's cap (a plane asks for a wider one).
+            request = state.follow(state.paths(last))
+            if request is not None:
+                self._plane_requested(request)
+            (x0, x1), (y0, y1) = state.extent
             mx, my = SURFACE_MARGIN * (x1 - x0), SURFACE_MARGIN * (y1 - y0)
-            source.fix_range(((x0 - mx, x1 + mx), (y0 - my, y1 + my)), equal_aspect=square)
-            if square:
-                # The axes' labels may have taken other room: fit the range to the plot as it is now.
-                self.settle()
-                source.fix_range(source.view_range(), equal_aspect=True)
+            extent = ((x0 - mx, x1 + mx), (y0 - my, y1 + my))
+            surface = self.surface
+            if surface is None:
+                state.fix(extent)  # no plot to take proportions from: the mesh spans the extent
+            else:
+                # Equal units across and up where the plot is seen and the surface is the true one.
+                square = state.mode == "model" and surface.isVisibleTo(self)
+                surface.fix_range(extent, equal_aspect=square)
+                if square:
+                    # The axes' labels may have taken other room: fit the range to the plot as it is now.
+                    self.settle()
+                    surface.fix_range(surface.view_range(), equal_aspect=True)
         timeline = self.views.get("timeline")
         if timeline is not None:
             timeline.fix_ranges(timeline.ranges_for(last))
@@ -709,7 +727,7 @@ class ExportFrame(QWidget):
         """Draw ``moment`` in every view and set its caption (the narration unless ``caption`` is given)."""
         # The frame is never shown, so nothing lays it out but this (the caption's fit needs its width).
         self._box.activate()
-        for view in self._all_views():
+        for view in self.views.values():
             view.draw(moment)
         self._hold()
         view3d = self.views.get("surface3d")

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import QApplication
 from gradviz.gui.export_frame import ExportFrame, FrameStyle, run_inline
 from gradviz.gui.layout import SURFACES, position_text, views_for
 from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, PlaneSurface
+from gradviz.gui.worker import plane_kinds
 
 if TYPE_CHECKING:
     from gradviz.engine.lesson import Lesson
@@ -304,14 +305,7 @@ class FrameRenderer:
         yield from self.step_to(max(ticks))
         frame = self.frame
         if frame.wants_plane:
-            assert frame.source is not None
-            # The plane the lesson names (its view's picker leads with it), else the path's own.
-            lesson = self.info.scenario.lesson
-            chosen = lesson is not None and lesson.surface != "auto"
-            kind = "curve" if frame.source.mode == "curve" else EXPORT_PLANE
-            if chosen and frame.source.mode == "plane":
-                kind = frame.source.plane_request_kind() or EXPORT_PLANE
-            self.controller.request_plane(PlaneRequest(kind), fallback=FALLBACK_PLANE)
+            self.controller.request_plane(PlaneRequest(self._plane_kind()), fallback=FALLBACK_PLANE)
             yield from self._plane_done()
             if self._plane is None and len(self._candidates) > 1:
                 # No plane could be made: the default views go on without the surfaces.
@@ -320,6 +314,16 @@ class FrameRenderer:
         yield from self._choose(ticks)
         self.controller.seek(-1)
 
+    def _plane_kind(self) -> str:
+        """The plane to draw: the one the lesson names (first among the lab's kinds), else the path's own."""
+        if self.frame.state.mode == "curve":
+            return "curve"
+        lesson = self.info.scenario.lesson
+        kinds = plane_kinds(self.info)
+        if lesson is not None and lesson.surface != "auto" and kinds:
+            return kinds[0][0]
+        return EXPORT_PLANE
+
     def _plane_done(self) -> Generator[None, None, None]:
         while self.controller.plane_pending:
             yield
@@ -327,15 +331,14 @@ class FrameRenderer:
     def _prepare_frame(self, ticks: Sequence[int]) -> Generator[None, None, None]:
         self._frame_prepared = True
         frame = self.frame
-        source = frame.source
-        if source is not None and source.mode in ("plane", "curve"):
+        if frame.state.mode in ("plane", "curve"):
             if self._plane is None:
                 frame.drop_surface(self.info, self._plane_error or "no plane could be made")
             else:
-                if source.plane_surface is None:
+                if frame.state.plane is None:
                     frame.set_plane_surface(self._plane)
                 # Only the same plane over a wider range: the plane itself stays for the whole animation.
-                source.plane_requested.connect(self._widen)
+                frame.on_plane_request(self._widen)
         frame.reserve_counter(position_text(ticks[-1], self.ticks_per_iteration))
         tape = self.controller.tape
         assert tape is not None
@@ -346,6 +349,8 @@ class FrameRenderer:
             shown = [shown[int(i * step)] for i in range(RESERVE_SAMPLES)] + [shown[-1]]
         moments = [Moment(self.info, tape, t, hide_future=True) for t in shown]
         yield from frame.prepare(moments, moments[-1])
+        # A wider plane asked for on the way (on the worker threads) is in place before the first frame.
+        yield from self._plane_done()
 
     def _widen(self, request: PlaneRequest) -> None:
         if request.plane is not None:

@@ -24,7 +24,7 @@ from gradviz.gui.display import gl_unavailable
 from gradviz.gui.surface_state import HIGH_PERCENTILE, SurfaceGrid, SurfaceState
 from gradviz.gui.tape import LabInfo, Moment
 from gradviz.gui.theme import LIGHT, Theme, run_color
-from gradviz.gui.views.surface import SurfaceView, lower_shade
+from gradviz.gui.views.surface import lower_shade
 
 # The mesh is drawn in a fixed box whatever the axes' units: x and y over [-1, 1], z over [0, HEIGHT].
 HEIGHT = 0.9
@@ -103,13 +103,12 @@ class Surface3DView(QWidget):
     Parameters
     ----------
     state:
-        The surface shown: a :class:`~gradviz.gui.surface_state.SurfaceState`, or a
-        2-D view, which stands for its own state.
+        The surface shown (the 2-D view's own, or one of its own where there is no 2-D view).
     """
 
-    def __init__(self, state: SurfaceState | SurfaceView, parent: QWidget | None = None) -> None:
+    def __init__(self, state: SurfaceState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.state = state if isinstance(state, SurfaceState) else state.state
+        self.state = state
         self.theme: Theme = LIGHT
         self.info: LabInfo | None = None
         self.view: Any = None
