@@ -27,17 +27,18 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gradviz.engine.errors import UserError, quoted
-from gradviz.engine.loop import OpSlot
-from gradviz.engine.record import Grads, Layout, OpRecord, Snapshot, Weights
-from gradviz.engine.scenario import Op
 from gradviz.gui.tape import Entry, LabInfo, PlaneSurface, RunInfo, StepResult, Tape
 from gradviz.watch.findings import Finding, shown_path
 from gradviz.watch.recording import Recording, load_recording
+
+if TYPE_CHECKING:
+    from gradviz.engine.record import Grads, Layout
+    from gradviz.engine.scenario import Op
 
 RECORDING_SUFFIXES = (".json",)
 NO_SURFACE = (
@@ -115,6 +116,9 @@ def load_replay(path: str | os.PathLike[str]) -> Replay:
 
 def replay_of(rec: Recording, where: str = "") -> Replay:
     """The window's view of ``rec`` (``where``: the file it came from, for the title)."""
+    # The engine's record types bring torch with them: imported here, once a recording is opened.
+    from gradviz.engine.loop import OpSlot
+    from gradviz.engine.record import Grads, Layout, OpRecord, Snapshot, Weights
     from gradviz.engine.scenario import DataSpec, LoopSpec, ModelSpec, OptimizerSpec, RunSpec, Scenario
 
     data = rec.data
@@ -340,6 +344,8 @@ def _delivered(
     filled: set[int],
 ) -> Grads:
     """What one backward added to each ``.grad``: the new one less the old (absent where it added nothing)."""
+    from gradviz.engine.record import Grads
+
     old, new = layout.split(before[0], before[1]), layout.split(after[0], after[1])
     parts: list[np.ndarray] = []
     present: list[bool] = []
