@@ -2,15 +2,16 @@
 
 Play of ``forgot-zero-grad`` at full speed in a 1280x720 window, in the window's
 default views and in presentation mode, measured after 2,000 and after 50,000
-ops. A frame's time is what the GUI thread spends on it: the views' drawing plus
-Qt's painting of what changed, as the window reports them. Peers, measured in the
-same run because machines here are shared and noisy: a bare pyqtgraph window of
-the same size whose ``PlotDataItem.setData`` is called and painted in a loop, the
-headless engine stepping the same ops, a bare PySide6 window and ``import torch``
-started the same way. Offscreen unless a display is set; under ``xvfb-run`` with
-``QT_QPA_PLATFORM=xcb`` it is a real window.
+ops (the lab is stepped there in one request, then Play goes on). A frame's
+time is what the GUI thread spends on it: the views' drawing plus Qt's painting
+of what changed, as the window reports them. Peers, measured in the same run
+because machines here are shared and noisy: a bare pyqtgraph window of the same
+size whose ``PlotDataItem.setData`` is called and painted in a loop, the
+headless engine stepping the same ops, a bare PySide6 window and ``import
+torch`` started the same way. Offscreen unless a display is set; under
+``xvfb-run`` with ``QT_QPA_PLATFORM=xcb`` it is a real window.
 
-Run: ``python bench/bench_app.py [--marks 2000,50000] [--frames 120] [--profile]``.
+Run: ``python bench/bench_app.py [--marks 2000,50000] [--frames 120] [--profile OPS]``.
 """
 
 from __future__ import annotations
@@ -175,8 +176,25 @@ def _figures(frames: Frames, seconds: float) -> Figures:
     )
 
 
+def _wait_until(done: Callable[[], bool]) -> None:
+    """Run the application's event loop (which waits without holding the interpreter) until ``done``."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    loop = QEventLoop()
+    poll = QTimer()
+    poll.timeout.connect(lambda: loop.quit() if done() else None)
+    poll.start(2)
+    if not done():
+        loop.exec()
+    poll.stop()
+
+
+def _has_ops(c: Any, ops: int, idle: bool = False) -> Callable[[], bool]:
+    return lambda: (not idle or not c.busy) and c.tape is not None and c.tape.last_tick >= ops - 1
+
+
 def play(marks: list[int], frames: int, presentation: bool) -> dict[int, Figures]:
-    """Play at full speed; at each mark (ops done), measure ``frames`` frames while Play goes on."""
+    """At each mark: the lab stepped to that many ops in one go, then ``frames`` frames of Play measured."""
     from gradviz.engine import load_scenario
     from gradviz.gui.display import application
     from gradviz.gui.window import MainWindow, wait_until_idle
@@ -187,27 +205,29 @@ def play(marks: list[int], frames: int, presentation: bool) -> dict[int, Figures
     window.show()
     if presentation:
         window.set_presentation(True, full_screen=False)
-    window.controller.open(replace(load_scenario(SCENARIO), iterations=max(marks) // 4 + 2000))
+    scenario = replace(load_scenario(SCENARIO), iterations=max(marks) // 4 + 10_000)
+    c = window.controller
+    c.open(scenario)
     wait_until_idle(window)
     record = Frames()
     window.frame_drawn.connect(lambda: record.drawn(window))
     window.painted.connect(record.painted)
-    c = window.controller
     c.set_speed(0)
-    c.play()
     out = {}
     for mark in marks:
-        while c.tape.last_tick < mark - 1:
-            app.processEvents()
+        # The history of ``mark`` ops, as Play would have left it, without drawing them all.
+        c.open(scenario, replay_iterations=mark // 4)
+        _wait_until(_has_ops(c, mark, idle=True))
+        c.play()
+        _wait_until(_has_ops(c, mark + 100))  # under way
         record.on = True
         start = time.perf_counter()
-        while len(record.costs) < frames + 1:
-            app.processEvents()
+        _wait_until(lambda: len(record.costs) >= frames + 1)
         record.on = False
+        c.pause()
         out[mark] = _figures(record, time.perf_counter() - start)
         record.costs, record.starts, record.ticks = [], [], []
-    c.pause()
-    wait_until_idle(window)
+        wait_until_idle(window)
     c.shutdown()
     window.close()
     window.deleteLater()
@@ -298,7 +318,7 @@ def profile(ops: int) -> None:
             lab_profile.disable()
 
     worker.LabWorker.step = profiled  # type: ignore[method-assign]
-    app = application()
+    application()
     window = MainWindow(interactive=False)
     window.resize(*SIZE)
     window.show()
@@ -309,8 +329,7 @@ def profile(ops: int) -> None:
     gui_profile = cProfile.Profile()
     gui_profile.enable()
     c.play()
-    while c.tape.last_tick < ops - 1:
-        app.processEvents()
+    _wait_until(lambda: c.tape.last_tick >= ops - 1)
     c.pause()
     gui_profile.disable()
     wait_until_idle(window)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 SPEEDS = (1, 2, 4, 8, 15, 30, 0)  # ops per second; 0: as fast as the worker goes
 # At full speed the worker steps for what is left of each frame, and for at least this share of
-# a frame where drawing takes longer: Play goes on however slow the screen.
+# a frame (or of the time a frame took to draw, if longer): Play goes on however slow drawing is.
 WORKER_SHARE = 0.5
 # How long the worker waits for a frame to be shown before it steps on regardless (a hidden
 # window paints nothing), and how long it then steps.
@@ -121,7 +121,7 @@ class Controller(QObject):
         self._awaiting_frame = False
         self._frame_wait = QTimer(self)
         self._frame_wait.setSingleShot(True)
-        self._frame_wait.timeout.connect(lambda: self.frame_shown(BATCH_LEAST, BATCH_LEAST))
+        self._frame_wait.timeout.connect(lambda: self.frame_shown(0.0, BATCH_LEAST))
 
     # ------------------------------------------------------------ lifetime
     def shutdown(self) -> None:
@@ -318,17 +318,19 @@ class Controller(QObject):
         """Full-speed Play on a worker thread: many ops per request, in turns with the frames."""
         return self.speed <= 0 and self.lab_thread is not None
 
-    def frame_shown(self, left: float, interval: float) -> None:
-        """The window has painted a frame; ``left`` seconds remain before the next one is due.
+    def frame_shown(self, spent: float, interval: float) -> None:
+        """The window has painted a frame that took it ``spent`` seconds; frames come every ``interval``.
 
-        At full speed the worker steps on for that long (at least :data:`WORKER_SHARE` of
-        the ``interval`` between frames), so its ops arrive in time for the next frame.
+        At full speed the worker steps on for what is left of the interval, and for at
+        least :data:`WORKER_SHARE` of the longer of the two, so its ops arrive in time for
+        the next frame and Play goes on however slowly frames are drawn. Where no frame
+        came in time the worker is called with ``spent`` 0.
         """
         if not self._awaiting_frame:
             return
         self._awaiting_frame = False
         self._frame_wait.stop()
-        self._batch = max(left, WORKER_SHARE * interval)
+        self._batch = max(interval - spent, WORKER_SHARE * max(interval, spent))
         self._play_next()
 
     # ----------------------------------------------------------------- fetch

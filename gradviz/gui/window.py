@@ -603,10 +603,9 @@ class MainWindow(QMainWindow):
             self.painted.emit(done - started)
         if self._unpainted is not None:
             # The frame is on screen: the worker may step for what is left of it.
-            interval = self.frame_interval
-            left = self._unpainted + interval - done
+            spent = done - self._unpainted
             self._unpainted = None
-            self.controller.frame_shown(left, interval)
+            self.controller.frame_shown(spent, self.frame_interval)
 
     def _update_status(self) -> None:
         c = self.controller
