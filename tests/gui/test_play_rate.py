@@ -41,8 +41,8 @@ def test_a_long_history_hands_the_plot_no_more_points_than_a_short_one(n: int) -
     ticks, values = _series(n)
     line = PeakLine(log10_positive)
     x, y = line.update(ticks, values, n)
-    # Two points a bucket (three where it holds a gap), plus the unbucketed tail.
-    assert len(x) == line.drawn <= 3 * CURVE_BUCKETS + line.k
+    # Two points a bucket (up to six where it holds a gap), plus the unbucketed tail.
+    assert len(x) == line.drawn <= 6 * CURVE_BUCKETS + line.k
     assert line.drawn >= min(n, CURVE_BUCKETS)
     # The highest and lowest values are drawn, at their own ticks: spikes stay in sight.
     logs = log10_positive(values)
@@ -62,11 +62,24 @@ def test_few_points_are_drawn_exactly_as_recorded() -> None:
 
 def test_a_gap_stays_a_gap_when_points_are_bucketed() -> None:
     ticks, values = _series(40_000)
-    values[20_001] = 0.0
+    values[20_000:25_000] = [0.0] * 5_000  # .grad zero for a while: nothing on a log axis
     line = PeakLine(log10_positive)
     x, y = line.update(ticks, values, len(ticks))
+    inside = (x > 20_000 + line.k) & (x < 25_000 - line.k)
+    assert np.all(np.isnan(y[inside]))
+    # The line stops at the gap and starts again after it: a NaN at each edge.
     gaps = x[np.isnan(y)]
-    assert gaps.size == 1 and abs(gaps[0] - 20_001) <= line.k
+    assert np.any(np.abs(gaps - 20_000) <= line.k) and np.any(np.abs(gaps - 25_000) <= line.k)
+
+
+def test_short_stretches_between_gaps_are_still_drawn() -> None:
+    # A reference run's .grad: zero after zero_grad, then the same norm twice (backward, step).
+    ticks = list(range(40_000))
+    values = [0.0, 0.0, 1.0, 1.0] * 10_000
+    x, y = PeakLine(log10_positive).update(ticks, values, len(ticks))
+    finite = np.isfinite(y)
+    # Somewhere two finite points follow each other: a stroke is drawn, not only lone points.
+    assert np.any(finite[1:] & finite[:-1] & (x[1:] > x[:-1]))
 
 
 def test_appending_reads_each_new_point_a_bounded_number_of_times() -> None:

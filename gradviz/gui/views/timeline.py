@@ -144,9 +144,10 @@ class PeakLine:
 
     Points are gathered into buckets of ``k`` consecutive ones; each full bucket is
     drawn as its lowest and its highest point, at their own x and in their own order,
-    so a spike stays in sight however long the history. A gap (NaN) in a bucket stays a
-    gap. Where the buckets outnumber ``most``, ``k`` doubles and the buckets are made
-    again from the raw series (rarely: the work per point stays constant on average).
+    so a spike stays in sight however long the history. A gap (NaN) that opens or
+    closes a bucket stays a gap (one inside a bucket, a pixel or two wide, is bridged).
+    Where the buckets outnumber ``most``, ``k`` doubles and the buckets are made again
+    from the raw series (rarely: the work per point stays constant on average).
     Appending costs only the new points; :attr:`drawn` says how many points the last
     :meth:`update` hands to the plot.
     """
@@ -200,15 +201,25 @@ class PeakLine:
             return
         xs, ys = x.reshape(-1, k), y.reshape(-1, k)
         gap = np.isnan(ys)
-        rows = np.arange(len(ys))
+        gappy = gap.any(axis=1)
+        rows = np.arange(len(ys))[:, None]
+        # A bucket's lowest and highest point; where it holds a gap, also its first and last
+        # finite points (the stretches either side of a gap), and the gap itself where it
+        # opens or closes the bucket. All in time order, at their own ticks.
+        first = gap.argmin(axis=1)
+        last = k - 1 - gap[:, ::-1].argmin(axis=1)
         low = np.where(gap, np.inf, ys).argmin(axis=1)
         high = np.where(gap, -np.inf, ys).argmax(axis=1)
-        # Each bucket: its low and high in time order, then a gap where it held one.
-        first, second = np.minimum(low, high), np.maximum(low, high)
-        px = np.stack((xs[rows, first], xs[rows, second], xs[:, -1]), axis=1)
-        py = np.stack((ys[rows, first], ys[rows, second], np.full(len(ys), np.nan)), axis=1)
+        at = np.sort(np.stack((first, low, high, last), axis=1), axis=1)
+        px = np.concatenate((xs[:, :1], xs[rows, at], xs[:, -1:]), axis=1)
+        py = np.concatenate(
+            (np.full((len(ys), 1), np.nan), ys[rows, at], np.full((len(ys), 1), np.nan)), axis=1
+        )
         keep = np.ones(px.shape, dtype=bool)
-        keep[:, 2] = gap.any(axis=1)
+        keep[:, 0] = gap[:, 0]
+        keep[:, -1] = gap[:, -1]
+        keep[:, 1] = keep[:, 4] = gappy
+        keep[:, 2:5] &= at[:, 1:] != at[:, :-1]  # a point twice is drawn once
         self._x = np.concatenate((self._x, px[keep]))
         self._y = np.concatenate((self._y, py[keep]))
 
