@@ -73,7 +73,6 @@ class Controller(QObject):
             self.worker.moveToThread(self.lab_thread)
             self.lab_thread.start()
             self._warm.connect(self.worker.warm)
-            self._warm.emit()
         self.surface_worker = SurfaceWorker()
         self.surface_thread: QThread | None = None
         if threaded:
@@ -133,6 +132,11 @@ class Controller(QObject):
                 thread.quit()
                 thread.wait(5000)
         self.lab_thread = self.surface_thread = None
+
+    def warm(self) -> None:
+        """Have the worker import torch and ``torch._dynamo`` now (the window calls it once it shows)."""
+        if self.lab_thread is not None:
+            self._warm.emit()
 
     def _set_busy(self, busy: bool) -> None:
         if busy != self.busy:

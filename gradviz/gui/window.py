@@ -641,6 +641,8 @@ class MainWindow(QMainWindow):
         super().paintEvent(event)
         if not self._painted:
             self._painted = True
+            # On screen: the heavy imports may start (a lab being built has started them already).
+            self.controller.warm()
             self.first_painted.emit()
 
     # --------------------------------------------------------------- theme

@@ -258,7 +258,7 @@ class LabWorker(QObject):
         """Import torch and ``torch._dynamo`` ahead of the first lab, while the window paints.
 
         The first optimizer a process builds imports ``torch._dynamo`` (over a second);
-        done here first, the lab is built and its first op drawn that much sooner.
+        done here first, a lab asked for later is built that much sooner.
         """
         import torch._dynamo  # noqa: F401
 
