@@ -11,7 +11,7 @@ headless engine stepping the same ops, a bare PySide6 window and ``import
 torch`` started the same way. Offscreen unless a display is set; under
 ``xvfb-run`` with ``QT_QPA_PLATFORM=xcb`` it is a real window.
 
-Run: ``python bench/bench_app.py [--marks 2000,50000] [--frames 120] [--profile OPS]``.
+Run: ``python bench/bench_app.py [--marks 2000,50000] [--frames 120] [--profile OPS | --parts]``.
 """
 
 from __future__ import annotations
@@ -235,6 +235,55 @@ def play(marks: list[int], frames: int, presentation: bool) -> dict[int, Figures
     return out
 
 
+def parts(marks: list[int], frames: int) -> None:
+    """Where a frame's time goes at each mark: each view's drawing and each plot's painting."""
+    from collections import defaultdict
+
+    from gradviz.engine import load_scenario
+    from gradviz.gui.display import application
+    from gradviz.gui.window import MainWindow, wait_until_idle
+
+    application()
+    window = MainWindow(interactive=False)
+    window.resize(*SIZE)
+    window.show()
+    spent: dict[str, list[float]] = defaultdict(list)
+
+    def timed(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            start = time.perf_counter()
+            out = call(*args)
+            spent[name].append(time.perf_counter() - start)
+            return out
+
+        return run
+
+    for key, view in window.panels.items():
+        view.draw = timed(f"draw {key}", view.draw)  # type: ignore[attr-defined]
+    painted = {"timeline": window.timeline.graphics, "surface": window.surface.plot_widget}
+    for key, widget in {**painted, "grads": window.grads.table}.items():
+        widget.paintEvent = timed(f"paint {key}", widget.paintEvent)  # type: ignore[method-assign]
+    scenario = replace(load_scenario(SCENARIO), iterations=max(marks) // 4 + 10_000)
+    c = window.controller
+    c.open(scenario)
+    wait_until_idle(window)
+    c.set_speed(0)
+    for mark in marks:
+        c.open(scenario, replay_iterations=mark // 4)
+        _wait_until(_has_ops(c, mark, idle=True))
+        c.play()
+        _wait_until(_has_ops(c, mark + 100))
+        spent.clear()
+        first = window.frames
+        _wait_until(lambda first=first: window.frames >= first + frames)  # type: ignore[misc]
+        c.pause()
+        wait_until_idle(window)
+        shown = window.frames - first
+        cells = ", ".join(f"{name} {1000 * sum(v) / shown:.1f}" for name, v in sorted(spent.items()))
+        print(f"  after {mark:6,d} ops, ms per frame: {cells}")
+    c.shutdown()
+
+
 def peer(frames: int, points: int = 2000) -> Figures:
     """A bare pyqtgraph window of the same size: ``setData`` on two curves, painted, in a loop."""
     import numpy as np
@@ -347,11 +396,17 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=120, help="frames measured at each mark")
     parser.add_argument("--rounds", type=int, default=3, help="start-up rounds")
     parser.add_argument("--profile", type=int, metavar="OPS", help="profile both threads instead")
+    parser.add_argument("--parts", action="store_true", help="each view's drawing and painting instead")
     args = parser.parse_args()
+    marks = sorted(int(m) for m in args.marks.split(","))
     if args.profile:
         profile(args.profile)
         return
-    report(sorted(int(m) for m in args.marks.split(",")), args.frames)
+    if args.parts:
+        print(f"Where the default views' frame time goes during full-speed Play of {SCENARIO}:")
+        parts(marks, args.frames)
+        return
+    report(marks, args.frames)
     start_up(args.rounds)
 
 

@@ -24,6 +24,9 @@ OPS = ("zero_grad", "forward", "backward", "step")
 # A curve keeps at most this many buckets of points (two drawn per bucket): more than a
 # timeline has pixels across, so a long history costs each frame no more than a short one.
 CURVE_BUCKETS = 512
+# The op tape's image keeps at most this many columns: beyond, a column is the mean colour
+# of the ticks it stands for (ops too dense to tell apart read as their mix).
+TAPE_COLUMNS = 2048
 AXIS_WIDTH = 48
 LABEL_WIDTH = 70
 
@@ -344,6 +347,9 @@ class TimelineView(QWidget):
         self._tape_rgba = np.zeros((0, 1, 4), dtype=np.ubyte)
         self._tape_filled: list[int] = []  # ops of each run already in the tape's image
         self._tape_n = 0
+        self._tape_k = 1  # ticks per column of the image shown
+        self._tape_done = 0  # ticks already averaged into whole columns
+        self._tape_means = np.zeros((0, 1, 4))
         self.ends: list[pg.ScatterPlotItem] = []
         box = QVBoxLayout(self)
         box.setContentsMargins(4, 4, 4, 4)
@@ -443,6 +449,7 @@ class TimelineView(QWidget):
         self._tape_rgba = np.zeros((0, len(info.runs), 4), dtype=np.ubyte)
         self._tape_filled = [0] * len(info.runs)
         self._tape_n = 0
+        self._tape_k = 1
         for e in self.ends:
             self.plots["loss"].removeItem(e)
         self.ends = []
@@ -614,6 +621,7 @@ class TimelineView(QWidget):
         if n < self._tape_n:  # further back than drawn (a hidden future): paint it again
             self._tape_rgba[:] = 0
             self._tape_filled = [0] * runs
+            self._tape_done = n + 1  # and average it again
         if n > len(self._tape_rgba):
             grown = np.zeros((max(n, 2 * len(self._tape_rgba), 256), runs, 4), dtype=np.ubyte)
             grown[: len(self._tape_rgba)] = self._tape_rgba
@@ -631,8 +639,28 @@ class TimelineView(QWidget):
             self._tape_rgba[ticks, runs - 1 - r] = _OP_RGBA[ops]
             self._tape_filled[r] = count
         self._tape_n = n
-        self.tape_image.setImage(self._tape_rgba[:n], levels=(0, 255), autoLevels=False)
+        self.tape_image.setImage(self._tape_columns(n), levels=(0, 255), autoLevels=False)
         self.tape_image.setRect(0, 0, n, runs)
+
+    def _tape_columns(self, n: int) -> np.ndarray:
+        """The tape's first ``n`` ticks as at most :data:`TAPE_COLUMNS` columns (means of ``k`` ticks)."""
+        k = 1
+        while n > k * TAPE_COLUMNS:
+            k *= 2
+        if k == 1:
+            return self._tape_rgba[:n]
+        if k != self._tape_k or self._tape_done > n:
+            self._tape_k, self._tape_done = k, 0
+            self._tape_means = np.zeros((0, *self._tape_rgba.shape[1:]))
+        full = n // k * k
+        if full > self._tape_done:
+            new = self._tape_rgba[self._tape_done : full].reshape(-1, k, *self._tape_rgba.shape[1:])
+            self._tape_means = np.concatenate((self._tape_means, new.mean(axis=1)))
+            self._tape_done = full
+        columns = self._tape_means
+        if full < n:
+            columns = np.concatenate((columns, self._tape_rgba[full:n].mean(axis=0, keepdims=True)))
+        return columns.astype(np.ubyte)
 
 
 _OP_RGBA = np.array(
