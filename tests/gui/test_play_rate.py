@@ -100,10 +100,9 @@ def test_the_timeline_draws_every_op_of_a_short_play(open_window, qtbot) -> None
     w = open_window(_long())
     c = w.controller
     c.set_speed(0)
-    c.play()
-    qtbot.waitUntil(lambda: c.tape.last_tick >= 300, timeout=30000)
-    c.pause()
-    qtbot.waitUntil(lambda: not c.busy, timeout=30000)
+    c.play_until(299)  # fewer ops than a curve has buckets
+    qtbot.waitUntil(lambda: not c.playing and not c.busy, timeout=30000)
+    assert c.tape.last_tick == 299
     w.redraw()
     for i, run in enumerate(c.info.runs):
         rt = c.tape.runs[run.name]
