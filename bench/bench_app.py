@@ -11,16 +11,13 @@ headless engine stepping the same ops, a bare PySide6 window and ``import
 torch`` started the same way. Offscreen unless a display is set; under
 ``xvfb-run`` with ``QT_QPA_PLATFORM=xcb`` it is a real window.
 
-Run: ``python bench/bench_app.py [--marks 2000,50000] [--frames 120] [--profile OPS | --parts]``.
+Run: ``python bench/bench_app.py [--marks 2000,50000] [--frames 120] [--parts]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import os
-import pstats
 import statistics
 import subprocess
 import sys
@@ -349,59 +346,14 @@ def report(marks: list[int], frames: int) -> None:
     print(f"  peer, the headless engine: {rate:.0f} ops/s")
 
 
-def profile(ops: int) -> None:
-    """cProfile of both threads (GUI and the lab's worker) over a full-speed Play of ``ops`` ops."""
-    from gradviz.engine import load_scenario
-    from gradviz.gui import worker
-    from gradviz.gui.display import application
-    from gradviz.gui.window import MainWindow, wait_until_idle
-
-    lab_profile = cProfile.Profile()
-    step: Callable[..., None] = worker.LabWorker.step
-
-    def profiled(self: Any, *args: Any) -> None:
-        lab_profile.enable()  # runs on the worker thread: cProfile follows the thread it is enabled on
-        try:
-            step(self, *args)
-        finally:
-            lab_profile.disable()
-
-    worker.LabWorker.step = profiled  # type: ignore[method-assign]
-    application()
-    window = MainWindow(interactive=False)
-    window.resize(*SIZE)
-    window.show()
-    c = window.controller
-    c.open(replace(load_scenario(SCENARIO), iterations=ops // 4 + 10))
-    wait_until_idle(window)
-    c.set_speed(0)
-    gui_profile = cProfile.Profile()
-    gui_profile.enable()
-    c.play()
-    _wait_until(lambda: c.tape.last_tick >= ops - 1)
-    c.pause()
-    gui_profile.disable()
-    wait_until_idle(window)
-    c.shutdown()
-    for name, prof in (("GUI thread", gui_profile), ("lab thread", lab_profile)):
-        text = io.StringIO()
-        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(20)
-        print(f"===== {name}, by own time")
-        print(text.getvalue())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--marks", default="2000,50000", help="ops done before each measurement")
     parser.add_argument("--frames", type=int, default=120, help="frames measured at each mark")
     parser.add_argument("--rounds", type=int, default=3, help="start-up rounds")
-    parser.add_argument("--profile", type=int, metavar="OPS", help="profile both threads instead")
     parser.add_argument("--parts", action="store_true", help="each view's drawing and painting instead")
     args = parser.parse_args()
     marks = sorted(int(m) for m in args.marks.split(","))
-    if args.profile:
-        profile(args.profile)
-        return
     if args.parts:
         print(f"Where the default views' frame time goes during full-speed Play of {SCENARIO}:")
         parts(marks, args.frames)
