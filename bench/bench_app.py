@@ -1,30 +1,64 @@
-"""The app's responsiveness: Play of 2,000 ops, and process start to the first painted window.
+"""The app's responsiveness: frames during Play, flat with history, and start-up.
 
-Figures are printed, with peers measured in the same run because machines here
-are shared and noisy: the headless engine stepping the same ops, and a bare
-PySide6 window (and a bare ``import torch``) started the same way.
-Run: ``python bench/bench_app.py [--ops 2000]`` (offscreen unless a display is set).
+Play of ``forgot-zero-grad`` at full speed in a 1280x720 window, in the window's
+default views and in presentation mode, measured after 2,000 and after 50,000
+ops (the lab is stepped there in one request, then Play goes on). A frame's
+time is what the GUI thread spends on it: the views' drawing plus Qt's painting
+of what changed, as the window reports them. Peers, measured in the same run
+because machines here are shared and noisy: a bare pyqtgraph window of the same
+size whose ``PlotDataItem.setData`` is called and painted in a loop, the
+headless engine stepping the same ops, a bare PySide6 window and ``import
+torch`` started the same way. Offscreen unless a display is set; under
+``xvfb-run`` with ``QT_QPA_PLATFORM=xcb`` it is a real window.
+
+Run: ``python bench/bench_app.py [--marks 2000,50000] [--frames 120] [--parts]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+SIZE = (1280, 720)
+SCENARIO = "forgot-zero-grad"
+
 FIRST_PAINT = """
-import sys, time
-from gradviz.gui.app import launch
 import os
+from gradviz.gui.app import launch
 app, window = launch("forgot-zero-grad")
 # Leave at once: the worker may still be importing torch, which is the point of showing first.
 window.first_painted.connect(lambda: (print("painted", flush=True), os._exit(0)))
+app.exec()
+"""
+
+# The first op asked for as soon as the lab is on screen, or (with a delay) as a person would.
+FIRST_OP = """
+import os, sys, time
+from PySide6.QtCore import QTimer
+from gradviz.gui.app import launch
+delay = float(sys.argv[1])
+app, window = launch("forgot-zero-grad")
+asked = []
+def ask():
+    asked.append(time.perf_counter())
+    window.controller.next_op()
+def on_lab(_info):
+    QTimer.singleShot(int(delay * 1000), ask)
+def drawn():
+    if window.controller.cursor >= 0 and asked:
+        print(f"{time.perf_counter() - asked[0]:.4f}", flush=True)
+        os._exit(0)
+window.controller.lab_changed.connect(on_lab)
+window.frame_drawn.connect(drawn)
 app.exec()
 """
 
@@ -49,78 +83,282 @@ app.exec()
 IMPORT_TORCH = "import torch; print('painted', flush=True)"
 
 
-def _time_to_line(code: str) -> float:
-    """Seconds from starting a fresh Python process until it prints its first line."""
+def _run_until_line(code: str, *args: str) -> tuple[float, str]:
+    """Seconds from starting a fresh Python process until it prints its first line, and the line."""
     start = time.perf_counter()
-    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None
-        proc.stdout.readline()
+        line = proc.stdout.readline().strip()
         elapsed = time.perf_counter() - start
         proc.wait(timeout=60)
-    return elapsed
+    return elapsed, line
 
 
 def start_up(rounds: int) -> None:
-    app, bare, torch_import = [], [], []
+    app, bare, torch_import, first_op, wait_op, late_op = [], [], [], [], [], []
     for _ in range(rounds):
-        app.append(_time_to_line(FIRST_PAINT))
-        bare.append(_time_to_line(BARE_WINDOW))
-        torch_import.append(_time_to_line(IMPORT_TORCH))
-    a, b, t = (statistics.median(x) for x in (app, bare, torch_import))
+        app.append(_run_until_line(FIRST_PAINT)[0])
+        bare.append(_run_until_line(BARE_WINDOW)[0])
+        torch_import.append(_run_until_line(IMPORT_TORCH)[0])
+        total, waited = _run_until_line(FIRST_OP, "0")
+        first_op.append(total)
+        wait_op.append(float(waited))
+        late_op.append(float(_run_until_line(FIRST_OP, "2")[1]))
+    a, b, t, f = (statistics.median(x) for x in (app, bare, torch_import, first_op))
     print(f"process start to first painted window: {a * 1000:.0f} ms (median of {rounds})")
     print(f"  peer, a bare PySide6 window:    {b * 1000:.0f} ms  (gradviz / bare = {a / b:.2f})")
     print(f"  peer, python -c 'import torch': {t * 1000:.0f} ms  (gradviz / import = {a / t:.2f})")
+    print(f"process start to the first op drawn (asked for as the lab shows): {f * 1000:.0f} ms")
+    print(f"  the wait for that op, from asking to drawn: {statistics.median(wait_op) * 1000:.0f} ms")
+    print(
+        "  the same wait when asked 2 s after the lab shows (torch._dynamo warmed meanwhile): "
+        f"{statistics.median(late_op) * 1000:.0f} ms"
+    )
 
 
-def play(ops: int) -> None:
-    from dataclasses import replace
+@dataclass
+class Frames:
+    """What a window reports per frame: draw and paint seconds, and when each began."""
 
-    from gradviz.engine import Lab, load_scenario
-    from gradviz.engine.lab import set_threads
+    costs: list[float] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
+    ticks: list[int] = field(default_factory=list)
+    on: bool = False
+
+    def drawn(self, window: Any) -> None:
+        if self.on:
+            self.starts.append(time.perf_counter() - window.draw_seconds)
+            self.costs.append(window.draw_seconds)
+            self.ticks.append(window.controller.tape.last_tick)
+
+    def painted(self, seconds: float) -> None:
+        if self.on and self.costs:
+            self.costs[-1] += seconds
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+@dataclass(frozen=True)
+class Figures:
+    median: float
+    p95: float
+    frames: int
+    fps: float
+    ops_per_s: float
+    interval_median: float
+
+    def line(self) -> str:
+        return (
+            f"frame time median {self.median:5.1f} ms, 95th percentile {self.p95:5.1f} ms; "
+            f"{self.fps:4.1f} frames/s (interval median {self.interval_median:.1f} ms), "
+            f"{self.ops_per_s:5.0f} ops/s, {self.frames} frames"
+        )
+
+
+def _figures(frames: Frames, seconds: float) -> Figures:
+    costs = [1000 * c for c in frames.costs[1:]]  # the first may have begun before the window
+    intervals = [1000 * (b - a) for a, b in zip(frames.starts, frames.starts[1:], strict=False)]
+    ops = frames.ticks[-1] - frames.ticks[0] if len(frames.ticks) > 1 else 0
+    span = frames.starts[-1] - frames.starts[0] if len(frames.starts) > 1 else seconds
+    return Figures(
+        median=statistics.median(costs),
+        p95=_p95(costs),
+        frames=len(costs),
+        fps=(len(frames.starts) - 1) / span if span > 0 else 0.0,
+        ops_per_s=ops / span if span > 0 else 0.0,
+        interval_median=statistics.median(intervals) if intervals else 0.0,
+    )
+
+
+def _wait_until(done: Callable[[], bool]) -> None:
+    """Run the application's event loop (which waits without holding the interpreter) until ``done``."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    loop = QEventLoop()
+    poll = QTimer()
+    poll.timeout.connect(lambda: loop.quit() if done() else None)
+    poll.start(2)
+    if not done():
+        loop.exec()
+    poll.stop()
+
+
+def _has_ops(c: Any, ops: int, idle: bool = False) -> Callable[[], bool]:
+    return lambda: (not idle or not c.busy) and c.tape is not None and c.tape.last_tick >= ops - 1
+
+
+def play(marks: list[int], frames: int, presentation: bool) -> dict[int, Figures]:
+    """At each mark: the lab stepped to that many ops in one go, then ``frames`` frames of Play measured."""
+    from gradviz.engine import load_scenario
     from gradviz.gui.display import application
     from gradviz.gui.window import MainWindow, wait_until_idle
 
     app = application()
-    base = load_scenario("forgot-zero-grad")
     window = MainWindow(interactive=False)
-    window.resize(1280, 720)
+    window.resize(*SIZE)
     window.show()
-    window.controller.open(replace(base, iterations=10_000))
+    if presentation:
+        window.set_presentation(True, full_screen=False)
+    scenario = replace(load_scenario(SCENARIO), iterations=max(marks) // 4 + 10_000)
+    c = window.controller
+    c.open(scenario)
     wait_until_idle(window)
-    stamps: list[float] = []
-    window.frame_drawn.connect(lambda: stamps.append(time.perf_counter()))
-    window.controller.set_speed(0)
-    start = time.perf_counter()
-    window.controller.play()
-    while window.controller.tape.last_tick < ops - 1:
+    record = Frames()
+    window.frame_drawn.connect(lambda: record.drawn(window))
+    window.painted.connect(record.painted)
+    c.set_speed(0)
+    out = {}
+    for mark in marks:
+        # The history of ``mark`` ops, as Play would have left it, without drawing them all.
+        c.open(scenario, replay_iterations=mark // 4)
+        _wait_until(_has_ops(c, mark, idle=True))
+        c.play()
+        _wait_until(_has_ops(c, mark + 100))  # under way
+        record.on = True
+        start = time.perf_counter()
+        _wait_until(lambda: len(record.costs) >= frames + 1)
+        record.on = False
+        c.pause()
+        out[mark] = _figures(record, time.perf_counter() - start)
+        record.costs, record.starts, record.ticks = [], [], []
+        wait_until_idle(window)
+    c.shutdown()
+    window.close()
+    window.deleteLater()
+    app.processEvents()
+    return out
+
+
+def parts(marks: list[int], frames: int) -> None:
+    """Where a frame's time goes at each mark: each view's drawing and each plot's painting."""
+    from collections import defaultdict
+
+    from gradviz.engine import load_scenario
+    from gradviz.gui.display import application
+    from gradviz.gui.window import MainWindow, wait_until_idle
+
+    application()
+    window = MainWindow(interactive=False)
+    window.resize(*SIZE)
+    window.show()
+    spent: dict[str, list[float]] = defaultdict(list)
+
+    def timed(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            start = time.perf_counter()
+            out = call(*args)
+            spent[name].append(time.perf_counter() - start)
+            return out
+
+        return run
+
+    for key, view in window.panels.items():
+        view.draw = timed(f"draw {key}", view.draw)  # type: ignore[attr-defined]
+    painted = {"timeline": window.timeline.graphics, "surface": window.surface.plot_widget}
+    for key, widget in {**painted, "grads": window.grads.table}.items():
+        widget.paintEvent = timed(f"paint {key}", widget.paintEvent)  # type: ignore[method-assign]
+    scenario = replace(load_scenario(SCENARIO), iterations=max(marks) // 4 + 10_000)
+    c = window.controller
+    c.open(scenario)
+    wait_until_idle(window)
+    c.set_speed(0)
+    for mark in marks:
+        c.open(scenario, replay_iterations=mark // 4)
+        _wait_until(_has_ops(c, mark, idle=True))
+        c.play()
+        _wait_until(_has_ops(c, mark + 100))
+        spent.clear()
+        first = window.frames
+        _wait_until(lambda first=first: window.frames >= first + frames)  # type: ignore[misc]
+        c.pause()
+        wait_until_idle(window)
+        shown = window.frames - first
+        cells = ", ".join(f"{name} {1000 * sum(v) / shown:.1f}" for name, v in sorted(spent.items()))
+        print(f"  after {mark:6,d} ops, ms per frame: {cells}")
+    c.shutdown()
+
+
+def peer(frames: int, points: int = 2000) -> Figures:
+    """A bare pyqtgraph window of the same size: ``setData`` on two curves, painted, in a loop."""
+    import numpy as np
+    import pyqtgraph as pg
+
+    from gradviz.gui.display import application
+
+    app = application()
+    widget = pg.PlotWidget()
+    widget.resize(*SIZE)
+    widget.show()
+    curves = [widget.plot(pen=pg.mkPen(colour, width=2)) for colour in ("#0072B2", "#D55E00")]
+    rng = np.random.default_rng(0)
+    x = np.arange(points, dtype=np.float64)
+    record = Frames(on=True)
+    for _ in range(5):
         app.processEvents()
-    window.controller.pause()
-    elapsed = time.perf_counter() - start
-    wait_until_idle(window)
-    window.controller.shutdown()
-    frames = [1000 * (b - a) for a, b in itertools.pairwise(stamps)]
-    frames.sort()
-    p95 = frames[min(len(frames) - 1, int(0.95 * len(frames)))]
-    print(f"Play of {ops} ops on forgot-zero-grad (1280x720, {os.environ['QT_QPA_PLATFORM']}):")
-    median = statistics.median(frames)
-    print(f"  frame time: median {median:.1f} ms, 95th percentile {p95:.1f} ms, {len(frames)} frames")
-    print(f"  {ops / elapsed:.0f} ops/s in the window")
+    for _ in range(frames + 1):
+        start = time.perf_counter()
+        for curve in curves:
+            curve.setData(x, np.cumsum(rng.standard_normal(points)))
+        # Twice: the scene's change reaches the view in one pass and is painted in the next.
+        app.processEvents()
+        app.processEvents()
+        record.starts.append(start)
+        record.costs.append(time.perf_counter() - start)
+        record.ticks.append(0)
+    widget.close()
+    return _figures(record, 0.0)
+
+
+def headless(ops: int) -> float:
+    """Ops per second of the engine alone, the same scenario and ops."""
+    from gradviz.engine import Lab, load_scenario
+    from gradviz.engine.lab import set_threads
+
     set_threads(1)
-    lab = Lab(replace(base, iterations=10_000))
-    t0 = time.perf_counter()
+    lab = Lab(replace(load_scenario(SCENARIO), iterations=ops // 4 + 1))
+    start = time.perf_counter()
     while lab.tick < ops:
         lab.step()
-    headless = time.perf_counter() - t0
-    ratio = elapsed / headless
-    print(f"  peer, the headless engine: {ops / headless:.0f} ops/s (window / headless time = {ratio:.1f})")
+    return ops / (time.perf_counter() - start)
+
+
+def report(marks: list[int], frames: int) -> None:
+    platform = os.environ["QT_QPA_PLATFORM"]
+    base = peer(frames)
+    print(f"Play of {SCENARIO} at full speed, {SIZE[0]}x{SIZE[1]} ({platform}):")
+    for presentation in (False, True):
+        name = "presentation mode" if presentation else "default views"
+        figures = play(marks, frames, presentation)
+        for mark, f in figures.items():
+            print(
+                f"  {name:17s} after {mark:6,d} ops: {f.line()}  (median / peer {f.median / base.median:.2f})"
+            )
+        first, last = figures[marks[0]], figures[marks[-1]]
+        print(
+            f"  {name:17s} {marks[-1]:,d} vs {marks[0]:,d} ops: median {last.median / first.median:.2f}x, "
+            f"95th percentile {last.p95 / first.p95:.2f}x"
+        )
+    print(f"  peer, bare pyqtgraph setData (2 curves of 2,000 points): {base.line()}")
+    rate = headless(marks[0])
+    print(f"  peer, the headless engine: {rate:.0f} ops/s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--ops", type=int, default=2000)
+    parser.add_argument("--marks", default="2000,50000", help="ops done before each measurement")
+    parser.add_argument("--frames", type=int, default=120, help="frames measured at each mark")
     parser.add_argument("--rounds", type=int, default=3, help="start-up rounds")
+    parser.add_argument("--parts", action="store_true", help="each view's drawing and painting instead")
     args = parser.parse_args()
-    play(args.ops)
+    marks = sorted(int(m) for m in args.marks.split(","))
+    if args.parts:
+        print(f"Where the default views' frame time goes during full-speed Play of {SCENARIO}:")
+        parts(marks, args.frames)
+        return
+    report(marks, args.frames)
     start_up(args.rounds)
 
 

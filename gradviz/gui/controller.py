@@ -2,7 +2,10 @@
 
 Requests made while the worker is busy are dropped rather than queued, so a
 burst of key presses never leaves a backlog of stale ops. During Play the next
-op is asked for only when the previous one is back.
+op is asked for only when the previous one is back. At full speed the worker
+performs as many ops as fit in what is left of a frame, and is asked again only
+once the window has shown that frame: drawing and stepping take turns instead of
+competing for the interpreter, and the ops between two frames are never drawn one by one.
 
 Surfaces over planes go the other way: a new request supersedes the one in
 flight (its generation number rises, the old evaluation stops at its next
@@ -24,6 +27,13 @@ if TYPE_CHECKING:
     from gradviz.watch.replay import Replay
 
 SPEEDS = (1, 2, 4, 8, 15, 30, 0)  # ops per second; 0: as fast as the worker goes
+# At full speed the worker steps for what is left of each frame, and for at least this share of
+# a frame (or of the time a frame took to draw, if longer): Play goes on however slow drawing is.
+WORKER_SHARE = 0.5
+# How long the worker waits for a frame to be shown before it steps on regardless (a hidden
+# window paints nothing), and how long it then steps.
+FRAME_WAIT = 0.1
+BATCH_LEAST = 0.002
 
 
 class Controller(QObject):
@@ -46,13 +56,14 @@ class Controller(QObject):
     revealed = Signal(object)
 
     _build = Signal(object, int, int, object)
-    _step = Signal(int, int)
+    _step = Signal(int, int, float)
     _reset = Signal(int)
     _fetch = Signal(object, int)
     _plan = Signal(object, int, int, str)
     _evaluate = Signal(object, int)
     _reveal = Signal(object, int)
     _capture = Signal(bool)
+    _warm = Signal()
 
     def __init__(self, threaded: bool = True, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -63,6 +74,7 @@ class Controller(QObject):
             self.lab_thread.setObjectName("gradviz-lab")
             self.worker.moveToThread(self.lab_thread)
             self.lab_thread.start()
+            self._warm.connect(self.worker.warm)
         self.surface_worker = SurfaceWorker()
         self.surface_thread: QThread | None = None
         if threaded:
@@ -108,6 +120,12 @@ class Controller(QObject):
         self._play_timer = QTimer(self)
         self._play_timer.setSingleShot(True)
         self._play_timer.timeout.connect(self._play_next)
+        # Full-speed Play: seconds of ops the next request may take, and whether it waits for a frame.
+        self._batch = BATCH_LEAST
+        self._awaiting_frame = False
+        self._frame_wait = QTimer(self)
+        self._frame_wait.setSingleShot(True)
+        self._frame_wait.timeout.connect(lambda: self.frame_shown(0.0, BATCH_LEAST))
 
     # ------------------------------------------------------------ lifetime
     def shutdown(self) -> None:
@@ -123,6 +141,11 @@ class Controller(QObject):
     def capture_graphs(self, on: bool) -> None:
         """Have the worker capture autograd graphs from the next op on (a graph view is shown), or stop."""
         self._capture.emit(on)
+
+    def warm(self) -> None:
+        """Have the worker import torch and ``torch._dynamo`` now (the window calls it once it shows)."""
+        if self.lab_thread is not None:
+            self._warm.emit()
 
     def _set_busy(self, busy: bool) -> None:
         if busy != self.busy:
@@ -315,9 +338,9 @@ class Controller(QObject):
         self._set_busy(False)
         self.changed.emit()
 
-    def _submit(self, until_tick: int) -> None:
+    def _submit(self, until_tick: int, budget: float = 0.0) -> None:
         self._set_busy(True)
-        self._step.emit(until_tick, self.generation)
+        self._step.emit(until_tick, self.generation, budget)
 
     def _on_stepped(self, result: StepResult, generation: int) -> None:
         if generation != self.generation or self.tape is None:
@@ -330,10 +353,34 @@ class Controller(QObject):
         if self.playing:
             if not self._can_step_on():
                 self.pause()
+            elif self._batching:
+                # The next ops wait until the window has shown these (or briefly, if it shows nothing).
+                self._awaiting_frame = True
+                self._frame_wait.start(int(FRAME_WAIT * 1000))
             else:
                 self._schedule_play()
         else:
             self._fetch_missing()
+
+    @property
+    def _batching(self) -> bool:
+        """Full-speed Play on a worker thread: many ops per request, in turns with the frames."""
+        return self.speed <= 0 and self.lab_thread is not None
+
+    def frame_shown(self, spent: float, interval: float) -> None:
+        """The window has painted a frame that took it ``spent`` seconds; frames come every ``interval``.
+
+        At full speed the worker steps on for what is left of the interval, and for at
+        least :data:`WORKER_SHARE` of the longer of the two, so its ops arrive in time for
+        the next frame and Play goes on however slowly frames are drawn. Where no frame
+        came in time the worker is called with ``spent`` 0.
+        """
+        if not self._awaiting_frame:
+            return
+        self._awaiting_frame = False
+        self._frame_wait.stop()
+        self._batch = max(interval - spent, WORKER_SHARE * max(interval, spent))
+        self._play_next()
 
     # ----------------------------------------------------------------- fetch
     def _fetch_missing(self) -> None:
@@ -365,6 +412,7 @@ class Controller(QObject):
         self.playing = True
         self.playing_changed.emit(True)
         self._last_play_step = 0.0
+        self._batch = BATCH_LEAST
         self._play_next()
 
     def play_until(self, tick: int) -> None:
@@ -388,6 +436,8 @@ class Controller(QObject):
             return
         self.playing = False
         self._play_timer.stop()
+        self._awaiting_frame = False
+        self._frame_wait.stop()
         self.playing_changed.emit(False)
         self._fetch_missing()
         self.changed.emit()
@@ -420,7 +470,11 @@ class Controller(QObject):
             self.pause()
             return
         if not self.busy:
-            self._submit(-1)
+            if not self._batching:
+                self._submit(-1)
+            else:
+                until = -1 if self._play_until is None else self._play_until
+                self._submit(until, self._batch)
 
     # --------------------------------------------------------------- planes
     def request_plane(self, request: PlaneRequest, fallback: str = "random") -> int:

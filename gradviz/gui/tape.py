@@ -261,6 +261,8 @@ class RunTape:
     statuses: list[str] = field(default_factory=list)
     records: list[OpRecord | None] = field(default_factory=list)
     graphs: list[Any] = field(default_factory=list)
+    # How many backward() calls .grad holds after each op (none since the last zero_grad).
+    backwards: list[int] = field(default_factory=list)
     error: str | None = None
 
     def __len__(self) -> int:
@@ -282,6 +284,7 @@ class RunTape:
             self.statuses,
             self.records,
             self.graphs,
+            self.backwards,
         ):
             del column[keep:]
 
@@ -320,6 +323,8 @@ class Tape:
                 rt.statuses.append(e.status)
                 rt.records.append(e.record)
                 rt.graphs.append(e.graph)
+                held = rt.backwards[-1] if rt.backwards else 0
+                rt.backwards.append(0 if e.op == "zero_grad" else held + (e.op == "backward"))
                 ticks.add(e.tick)
             rt.error = result.errors.get(name, rt.error)
         self.op_ticks.extend(sorted(t for t in ticks if t > self.last_tick))
@@ -488,11 +493,8 @@ class Moment:
     def backward_count(self, run: str) -> int:
         """How many backward calls have added to ``.grad`` since it was last cleared."""
         rt = self.tape.runs[run]
-        i, count = rt.index_at(self.tick), 0
-        while i >= 0 and rt.ops[i] != "zero_grad":
-            count += rt.ops[i] == "backward"
-            i -= 1
-        return count
+        i = rt.index_at(self.tick)
+        return rt.backwards[i] if i >= 0 else 0
 
     def next_step(self, run: str) -> dict[str, np.ndarray] | None:
         """Parameters after the run's next op when it is a step: recorded, or previewed at the live end."""

@@ -2,7 +2,9 @@
 
 The window holds no lab state: the controller owns the cursor and the tape,
 and every redraw draws one :class:`~gradviz.gui.tape.Moment` in every visible
-view. Redraws are coalesced on a timer, throttled to the screen rate during Play.
+view. Redraws are coalesced on a timer and never come faster than the screen
+shows them, whatever the speed: each frame draws the newest moment, however many
+ops arrived since the last one.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence, QPaintEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QApplication,
@@ -64,7 +66,7 @@ from gradviz.gui.views.timeline import TimelineView
 from gradviz.gui.widgets import fix_lines
 
 DEFAULT_SCENARIO = "forgot-zero-grad"
-FRAME_MS = 33  # during Play: about the rate a projector shows, and time left for the worker
+SCREEN_HZ = 60.0  # where a screen does not say its refresh rate
 SPEED_LABELS = {0: "max"}
 
 
@@ -82,6 +84,8 @@ class MainWindow(QMainWindow):
 
     first_painted = Signal()
     frame_drawn = Signal()
+    # Seconds Qt took to paint what changed (the views draw in redraw(), Qt paints them after).
+    painted = Signal(float)
 
     def __init__(self, controller: Controller | None = None, interactive: bool = True) -> None:
         super().__init__()
@@ -157,7 +161,13 @@ class MainWindow(QMainWindow):
         self._connect()
         self._redraw_timer = QTimer(self)
         self._redraw_timer.setSingleShot(True)
+        self._redraw_timer.setTimerType(Qt.TimerType.PreciseTimer)
         self._redraw_timer.timeout.connect(self.redraw)
+        self._drawn_at = -1.0  # when the last redraw started
+        self._unpainted: float | None = None  # when the redraw whose paint is still to come started
+        self.draw_seconds = 0.0  # how long the last redraw took the views, before Qt paints them
+        self._paint_started: float | None = None
+        self.installEventFilter(self)
         self.resize(1280, 800)
         self.split.setSizes([540, 740])
         self.left.setSizes([330, 250])
@@ -305,7 +315,8 @@ class MainWindow(QMainWindow):
         c.changed.connect(self.schedule_redraw)
         c.failed.connect(self.show_error)
         c.playing_changed.connect(self._on_playing)
-        c.busy_changed.connect(lambda _: self._update_status())
+        # During Play each frame updates the status once; busy comes and goes with every op.
+        c.busy_changed.connect(lambda _: None if c.playing else self._update_status())
         c.plane_ready.connect(self._on_plane)
         c.plane_busy.connect(self.surface.set_plane_busy)
         c.plane_failed.connect(self.surface.set_plane_failed)
@@ -573,14 +584,25 @@ class MainWindow(QMainWindow):
         self._update_status()
 
     # -------------------------------------------------------------- drawing
+    @property
+    def frame_interval(self) -> float:
+        """Seconds between two frames of the screen the window is on."""
+        screen = self.screen()
+        rate = screen.refreshRate() if screen is not None else 0.0
+        return 1.0 / (rate if 10.0 <= rate <= 500.0 else SCREEN_HZ)
+
     def schedule_redraw(self) -> None:
-        """Ask for a redraw; many requests within a frame make one redraw."""
+        """Ask for a redraw; every request within one frame of the screen makes one redraw."""
         self._dirty = True
         if not self._redraw_timer.isActive():
-            self._redraw_timer.start(FRAME_MS if self.controller.playing else 0)
+            due = self._drawn_at + self.frame_interval - time.perf_counter()
+            self._redraw_timer.start(max(0, round(due * 1000)))
 
     def redraw(self) -> None:
         """Draw the controller's current moment in every visible view."""
+        self._redraw_timer.stop()
+        started = time.perf_counter()
+        self._drawn_at = started
         self._dirty = False
         moment = self.controller.moment()
         if moment is None:
@@ -599,7 +621,28 @@ class MainWindow(QMainWindow):
             self.narration.setText(text)
         self._update_status()
         self.frames += 1
+        self.draw_seconds = time.perf_counter() - started
+        self._unpainted = started
         self.frame_drawn.emit()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        # Qt paints every changed widget of the window in one UpdateRequest; a zero timer
+        # started here fires once that paint is done.
+        if watched is self and event.type() == QEvent.Type.UpdateRequest and self._paint_started is None:
+            self._paint_started = time.perf_counter()
+            QTimer.singleShot(0, self._after_paint)
+        return False
+
+    def _after_paint(self) -> None:
+        done = time.perf_counter()
+        started, self._paint_started = self._paint_started, None
+        if started is not None:
+            self.painted.emit(done - started)
+        if self._unpainted is not None:
+            # The frame is on screen: the worker may step for what is left of it.
+            spent = done - self._unpainted
+            self._unpainted = None
+            self.controller.frame_shown(spent, self.frame_interval)
 
     def _update_status(self) -> None:
         c = self.controller
@@ -639,6 +682,8 @@ class MainWindow(QMainWindow):
         super().paintEvent(event)
         if not self._painted:
             self._painted = True
+            # On screen: the heavy imports may start (a lab being built has started them already).
+            self.controller.warm()
             self.first_painted.emit()
 
     # --------------------------------------------------------------- theme

@@ -13,6 +13,7 @@ on while a surface is computed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -255,6 +256,15 @@ class LabWorker(QObject):
         self._graphs: dict[tuple[str, int], Any] = {}
 
     # --------------------------------------------------------------- build
+    @Slot()
+    def warm(self) -> None:
+        """Import torch and ``torch._dynamo`` ahead of the first lab, while the window paints.
+
+        The first optimizer a process builds imports ``torch._dynamo`` (over a second);
+        done here first, a lab asked for later is built that much sooner.
+        """
+        import torch._dynamo  # noqa: F401
+
     @Slot(object, int, int, object)
     def build(self, source: Any, generation: int, until_tick: int, restore: Any) -> None:
         """Load ``source`` (a name, a path or a Scenario), build its lab, step to ``until_tick``.
@@ -321,22 +331,31 @@ class LabWorker(QObject):
                 self._graphs[(run.name, tick)] = graph
 
     # ---------------------------------------------------------------- step
-    @Slot(int, int)
-    def step(self, until_tick: int, generation: int) -> None:
-        """Perform one tick (``until_tick < 0``) or every tick up to ``until_tick``."""
+    @Slot(int, int, float)
+    def step(self, until_tick: int, generation: int, budget: float = 0.0) -> None:
+        """Perform one tick (``until_tick < 0``) or every tick up to ``until_tick``.
+
+        With a ``budget`` (seconds), go on tick after tick until it is spent, stopping
+        at ``until_tick`` all the same; one result carries them all.
+        """
         lab = self.lab
         if lab is None or generation != self.generation:
             return
         distance: list[tuple[int, tuple[float, ...]]] = []
         # The scenario's iterations are as far as a lab goes.
         end = lab.scenario.iterations * lab.ticks_per_iteration
+        deadline = time.perf_counter() + budget
         try:
             while not lab.stopped and lab.tick < end:
                 lab.step(end)
                 if self.capturing:
                     self._keep_graphs()
                 distance.append((lab.tick - 1, self._distances()))
-                if until_tick < 0 or lab.tick > until_tick:
+                if 0 <= until_tick < lab.tick:
+                    break
+                if budget > 0 and time.perf_counter() >= deadline:
+                    break
+                if budget <= 0 and until_tick < 0:
                     break
             result = self._result(distance)
         except Exception as exc:

@@ -331,6 +331,7 @@ class GradsView(QWidget):
         self.shown_rows: list[Row] = []
         self._layout_key: tuple | None = None  # what the column widths were last fitted to
         self._state_tips: dict[int, object] = {}  # row -> the optimizer state its tooltip lists
+        self._refit = False  # a cell changed what it shows since the widths were last fitted
         self.title = QLabel(".grad inspector")
         self.title.setObjectName("panelTitle")
         self.table = QTableWidget(0, len(COLUMNS))
@@ -555,6 +556,7 @@ class GradsView(QWidget):
             shown = text or ""
         if item.text() != shown:
             item.setText(shown)
+            self._refit = True
             if kind not in ("array", "none"):
                 item.setToolTip(shown)
         values = value if kind == "array" else None
@@ -569,6 +571,7 @@ class GradsView(QWidget):
             item.setData(KIND, kind)
             item.setData(VALUES, values)
             item.setData(CHANGED, bool(changed))
+            self._refit = True
             if kind in ("array", "none"):
                 item.setToolTip(fmt.full(value))
 
@@ -599,7 +602,9 @@ class GradsView(QWidget):
                 else:
                     just = back is not None and back.tick == moment.tick
                     self._draw_param(row, r.name, now, before, back, manual, just)
-        self._fit()  # new text may need other widths or taller rows
+        if self._refit:  # new text may need other widths or taller rows
+            self._refit = False
+            self._fit()
 
     def _draw_param(
         self, row: int, param: str, now: Any, before: Any, back: Any, manual: bool, just: bool

@@ -8,7 +8,6 @@ ends with a cross.
 from __future__ import annotations
 
 import bisect
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +21,12 @@ from gradviz.gui.tape import LabInfo, Moment
 from gradviz.gui.theme import LIGHT, OP_COLORS, OP_LETTERS, Theme, run_color, run_dash, run_glyph
 
 OPS = ("zero_grad", "forward", "backward", "step")
-PLAY_CURVE_INTERVAL = 0.25  # seconds
+# A curve keeps at most this many buckets of points (two drawn per bucket): more than a
+# timeline has pixels across, so a long history costs each frame no more than a short one.
+CURVE_BUCKETS = 512
+# The op tape's image keeps at most this many columns: beyond, a column is the mean colour
+# of the ticks it stands for (ops too dense to tell apart read as their mix).
+TAPE_COLUMNS = 2048
 AXIS_WIDTH = 48
 LABEL_WIDTH = 70
 
@@ -138,6 +142,91 @@ def clear_of_ends(
     return ticks(lo, hi, most)
 
 
+class PeakLine:
+    """A growing series as a timeline draws it: every point while there are few, extremes beyond.
+
+    Points are gathered into buckets of ``k`` consecutive ones; each full bucket is
+    drawn as its lowest and its highest point, at their own x and in their own order,
+    so a spike stays in sight however long the history. A gap (NaN) that opens or
+    closes a bucket stays a gap (one inside a bucket, a pixel or two wide, is bridged).
+    Where the buckets outnumber ``most``, ``k`` doubles and the buckets are made again
+    from the raw series (rarely: the work per point stays constant on average).
+    Appending costs only the new points; :attr:`drawn` says how many points the last
+    :meth:`update` hands to the plot.
+    """
+
+    def __init__(self, values: Callable[[Any], np.ndarray] | None = None, most: int = CURVE_BUCKETS) -> None:
+        self.values = values or (lambda v: np.asarray(v, dtype=np.float64))
+        self.most = most
+        self.k = 1
+        self._n = 0  # raw points gathered into full buckets
+        self._x = np.zeros(0)
+        self._y = np.zeros(0)
+        self._buckets = 0
+        self.drawn = 0
+
+    def reset(self) -> None:
+        self.k, self._n, self._buckets = 1, 0, 0
+        self._x, self._y = np.zeros(0), np.zeros(0)
+
+    def update(self, ticks: Any, y: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The points to draw for the first ``n`` ops: ``ticks`` and raw ``y`` are sequences that grow.
+
+        A tick's point sits in the middle of its cell of the tape (``tick + 0.5``); ``y``
+        goes through ``values`` (log10 for a log axis) as it is read.
+        """
+        if n < self._n:
+            self.reset()
+        full = (n // self.k) * self.k
+        if full > self._n:
+            self._add(*self._read(ticks, y, self._n, full))
+            self._n = full
+        if self._buckets > self.most:
+            while n // self.k > self.most:
+                self.k *= 2
+            self._n, self._buckets = 0, 0
+            self._x, self._y = np.zeros(0), np.zeros(0)
+            return self.update(ticks, y, n)
+        tail_x, tail_y = self._read(ticks, y, self._n, n)
+        out = (np.concatenate((self._x, tail_x)), np.concatenate((self._y, tail_y)))
+        self.drawn = len(out[0])
+        return out
+
+    def _read(self, ticks: Any, y: Any, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        x = np.asarray(ticks[start:stop], dtype=np.float64) + 0.5
+        return x, np.asarray(self.values(y[start:stop]), dtype=np.float64).reshape(-1)
+
+    def _add(self, x: np.ndarray, y: np.ndarray) -> None:
+        k = self.k
+        self._buckets += len(x) // k
+        if k == 1:
+            self._x, self._y = np.concatenate((self._x, x)), np.concatenate((self._y, y))
+            return
+        xs, ys = x.reshape(-1, k), y.reshape(-1, k)
+        gap = np.isnan(ys)
+        gappy = gap.any(axis=1)
+        rows = np.arange(len(ys))[:, None]
+        # A bucket's lowest and highest point; where it holds a gap, also its first and last
+        # finite points (the stretches either side of a gap), and the gap itself where it
+        # opens or closes the bucket. All in time order, at their own ticks.
+        first = gap.argmin(axis=1)
+        last = k - 1 - gap[:, ::-1].argmin(axis=1)
+        low = np.where(gap, np.inf, ys).argmin(axis=1)
+        high = np.where(gap, -np.inf, ys).argmax(axis=1)
+        at = np.sort(np.stack((first, low, high, last), axis=1), axis=1)
+        px = np.concatenate((xs[:, :1], xs[rows, at], xs[:, -1:]), axis=1)
+        py = np.concatenate(
+            (np.full((len(ys), 1), np.nan), ys[rows, at], np.full((len(ys), 1), np.nan)), axis=1
+        )
+        keep = np.ones(px.shape, dtype=bool)
+        keep[:, 0] = gap[:, 0]
+        keep[:, -1] = gap[:, -1]
+        keep[:, 1] = keep[:, 4] = gappy
+        keep[:, 2:5] &= at[:, 1:] != at[:, :-1]  # a point twice is drawn once
+        self._x = np.concatenate((self._x, px[keep]))
+        self._y = np.concatenate((self._y, py[keep]))
+
+
 class LogAxis(pg.AxisItem):
     """An axis for log10 values labelled with round numbers: 1e-3, 0.01, 1, 100, 1e4, or 2, 5, 10.
 
@@ -204,7 +293,6 @@ class TimelineView(QWidget):
         self.theme: Theme = LIGHT
         self.info: LabInfo | None = None
         self._drawn: tuple[int, int] | None = None
-        self._drawn_at = 0.0
         self._span = 0.0
         # Axis ranges kept for good (an export's, over its whole range) instead of growing.
         self.fixed_ranges: dict[str, tuple[float, float]] | None = None
@@ -254,6 +342,14 @@ class TimelineView(QWidget):
         self.tape_image = pg.ImageItem()
         self.plots["tape"].addItem(self.tape_image)
         self.curves: dict[str, list[pg.PlotDataItem]] = {"loss": [], "grad": [], "distance": []}
+        # What each curve draws, kept between frames so that new ops cost only themselves.
+        self.lines: dict[str, list[PeakLine]] = {"loss": [], "grad": [], "distance": []}
+        self._tape_rgba = np.zeros((0, 1, 4), dtype=np.ubyte)
+        self._tape_filled: list[int] = []  # ops of each run already in the tape's image
+        self._tape_n = 0
+        self._tape_k = 1  # ticks per column of the image shown
+        self._tape_done = 0  # ticks already averaged into whole columns
+        self._tape_means = np.zeros((0, 1, 4))
         self.ends: list[pg.ScatterPlotItem] = []
         box = QVBoxLayout(self)
         box.setContentsMargins(4, 4, 4, 4)
@@ -349,6 +445,11 @@ class TimelineView(QWidget):
             for c in curves:
                 self.plots[key].removeItem(c)
             curves.clear()
+            self.lines[key].clear()
+        self._tape_rgba = np.zeros((0, len(info.runs), 4), dtype=np.ubyte)
+        self._tape_filled = [0] * len(info.runs)
+        self._tape_n = 0
+        self._tape_k = 1
         for e in self.ends:
             self.plots["loss"].removeItem(e)
         self.ends = []
@@ -360,6 +461,7 @@ class TimelineView(QWidget):
                 )
                 self.plots[key].addItem(curve)
                 self.curves[key].append(curve)
+                self.lines[key].append(PeakLine(log10_positive))
             end = pg.ScatterPlotItem(size=14, symbol="x", pen=pg.mkPen(colour, width=2), brush=colour)
             self.plots["loss"].addItem(end)
             self.ends.append(end)
@@ -369,6 +471,8 @@ class TimelineView(QWidget):
             )
             self.plots["distance"].addItem(curve)
             self.curves["distance"].append(curve)
+            # Linear: identical runs sit at a visible 0 instead of vanishing from a log axis.
+            self.lines["distance"].append(PeakLine(_finite_or_gap))
         first = info.runs[0].name
         others = ", ".join(r.name for r in info.runs[1:])
         self.plots["distance"].setVisible(len(info.runs) > 1)
@@ -466,13 +570,9 @@ class TimelineView(QWidget):
         for c in self.cursors:
             c.setValue(moment.tick + 0.5 if moment.tick >= 0 else -0.5)
         total = sum(len(rt) for rt in tape.runs.values())
-        now = time.perf_counter()
-        # During Play the curves follow at a few frames a second; the cursor moves every frame.
-        due = not moment.playing or now - self._drawn_at >= PLAY_CURVE_INTERVAL
         drawn = (total, moment.horizon)
-        if drawn != self._drawn and due:
+        if drawn != self._drawn:
             self._drawn = drawn
-            self._drawn_at = now
             self._draw_curves(moment)
         if self.fixed_ranges is not None:
             return
@@ -492,57 +592,95 @@ class TimelineView(QWidget):
         for i, run in enumerate(info.runs):
             rt = tape.runs[run.name]
             n = rt.index_at(horizon) + 1
-            x = np.asarray(rt.ticks[:n], dtype=np.float64) + 0.5
-            loss = log10_positive(rt.loss[:n])
-            self.curves["loss"][i].setData(x, loss)
-            self.curves["grad"][i].setData(x, log10_positive(rt.grad_norm[:n]))
-            if n and rt.statuses[n - 1] != "running":
-                finite = np.flatnonzero(np.isfinite(loss))
-                if finite.size:
-                    j = finite[-1]
-                    self.ends[i].setData([x[j]], [loss[j]])
+            for key, column in (("loss", rt.loss), ("grad", rt.grad_norm)):
+                self.curves[key][i].setData(*self.lines[key][i].update(rt.ticks, column, n))
+            end = _last_finite(rt.loss, n) if n and rt.statuses[n - 1] != "running" else None
+            if end is not None:
+                self.ends[i].setData([rt.ticks[end] + 0.5], [float(np.log10(rt.loss[end]))])
             else:
                 self.ends[i].setData([], [])
         shown = bisect.bisect_right(tape.distance_ticks, horizon)
-        if shown:
-            dx = np.asarray(tape.distance_ticks[:shown], dtype=np.float64) + 0.5
-            for curve, column in zip(self.curves["distance"], tape.distance, strict=True):
-                # Linear: identical runs sit at a visible 0 instead of vanishing from a log axis.
-                values = np.asarray(column[:shown], dtype=np.float64)
-                curve.setData(dx, np.where(np.isfinite(values), values, np.nan))
-        else:
-            for curve in self.curves["distance"]:
-                curve.setData([], [])
+        for curve, line, column in zip(
+            self.curves["distance"], self.lines["distance"], tape.distance, strict=True
+        ):
+            curve.setData(*line.update(tape.distance_ticks, column, shown))
         self._draw_tape(moment)
 
+    def drawn_points(self) -> int:
+        """How many points the curves were last handed, over every row and run."""
+        return sum(line.drawn for lines in self.lines.values() for line in lines)
+
     def _draw_tape(self, moment: Moment) -> None:
+        """The op tape as an image, a column per tick: only the new ops are painted into it."""
         info = self.info
         assert info is not None
         tape = moment.tape
         horizon = moment.horizon
+        runs = len(info.runs)
         n = max(horizon + 1, 1)
-        rgba = np.zeros((n, len(info.runs), 4), dtype=np.ubyte)
-        lut = np.array(
-            [
-                (
-                    QColor(OP_COLORS[op]).red(),
-                    QColor(OP_COLORS[op]).green(),
-                    QColor(OP_COLORS[op]).blue(),
-                    255,
-                )
-                for op in OPS
-            ],
-            dtype=np.ubyte,
-        )
+        if n < self._tape_n:  # further back than drawn (a hidden future): paint it again
+            self._tape_rgba[:] = 0
+            self._tape_filled = [0] * runs
+            self._tape_done = n + 1  # and average it again
+        if n > len(self._tape_rgba):
+            grown = np.zeros((max(n, 2 * len(self._tape_rgba), 256), runs, 4), dtype=np.ubyte)
+            grown[: len(self._tape_rgba)] = self._tape_rgba
+            self._tape_rgba = grown
         code = {op: i for i, op in enumerate(OPS)}
         for r, run in enumerate(info.runs):
             rt = tape.runs[run.name]
             count = rt.index_at(horizon) + 1
-            if not count:
+            start = self._tape_filled[r]
+            if count <= start:
                 continue
-            ticks = np.asarray(rt.ticks[:count])
-            ops = np.fromiter((code[o] for o in rt.ops[:count]), dtype=np.intp, count=count)
+            ticks = np.asarray(rt.ticks[start:count])
+            ops = np.fromiter((code[o] for o in rt.ops[start:count]), dtype=np.intp, count=count - start)
             # Row 0 is drawn at the top: the first run heads the tape as in the legend.
-            rgba[ticks, len(info.runs) - 1 - r] = lut[ops]
-        self.tape_image.setImage(rgba, levels=(0, 255), autoLevels=False)
-        self.tape_image.setRect(0, 0, n, len(info.runs))
+            self._tape_rgba[ticks, runs - 1 - r] = _OP_RGBA[ops]
+            self._tape_filled[r] = count
+        self._tape_n = n
+        self.tape_image.setImage(self._tape_columns(n), levels=(0, 255), autoLevels=False)
+        self.tape_image.setRect(0, 0, n, runs)
+
+    def _tape_columns(self, n: int) -> np.ndarray:
+        """The tape's first ``n`` ticks as at most :data:`TAPE_COLUMNS` columns (means of ``k`` ticks)."""
+        k = 1
+        while n > k * TAPE_COLUMNS:
+            k *= 2
+        if k == 1:
+            return self._tape_rgba[:n]
+        if k != self._tape_k or self._tape_done > n:
+            self._tape_k, self._tape_done = k, 0
+            self._tape_means = np.zeros((0, *self._tape_rgba.shape[1:]))
+        full = n // k * k
+        if full > self._tape_done:
+            new = self._tape_rgba[self._tape_done : full].reshape(-1, k, *self._tape_rgba.shape[1:])
+            self._tape_means = np.concatenate((self._tape_means, new.mean(axis=1)))
+            self._tape_done = full
+        columns = self._tape_means
+        if full < n:
+            columns = np.concatenate((columns, self._tape_rgba[full:n].mean(axis=0, keepdims=True)))
+        return columns.astype(np.ubyte)
+
+
+_OP_RGBA = np.array(
+    [
+        (QColor(OP_COLORS[op]).red(), QColor(OP_COLORS[op]).green(), QColor(OP_COLORS[op]).blue(), 255)
+        for op in OPS
+    ],
+    dtype=np.ubyte,
+)
+
+
+def _finite_or_gap(values: Any) -> np.ndarray:
+    a = np.asarray(values, dtype=np.float64)
+    return np.where(np.isfinite(a), a, np.nan)
+
+
+def _last_finite(values: list[float], n: int) -> int | None:
+    """The index of the last finite positive value among the first ``n`` (where a diverged run ends)."""
+    for j in range(n - 1, -1, -1):
+        v = values[j]
+        if v > 0 and np.isfinite(v):
+            return j
+    return None

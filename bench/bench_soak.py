@@ -1,0 +1,93 @@
+"""A soak: full-speed Play of ``forgot-zero-grad`` for minutes, in a 1280x720 window.
+
+Prints, each minute, the ops performed and the frames drawn in that minute and the
+process's resident memory, then the last minute against the first. Offscreen
+unless a display is set.
+
+Run: ``python bench/bench_soak.py [--minutes 60] [--scenario NAME]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import replace
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+SIZE = (1280, 720)
+
+
+def resident_mb() -> float:
+    """This process's resident memory in MB (``VmRSS``)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def soak(minutes: float, scenario: str) -> None:
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    from gradviz.engine import load_scenario
+    from gradviz.gui.display import application
+    from gradviz.gui.window import MainWindow, wait_until_idle
+
+    application()
+    window = MainWindow(interactive=False)
+    window.resize(*SIZE)
+    window.show()
+    c = window.controller
+    # The most iterations a scenario may have: 4 million ops, more than an hour of Play here.
+    c.open(replace(load_scenario(scenario), iterations=1_000_000))
+    wait_until_idle(window)
+    if c.tape is None:
+        raise SystemExit(f"bench_soak: {window.last_error}")
+    start_mb = resident_mb()
+    print(f"soak of {scenario} at full speed, {SIZE[0]}x{SIZE[1]} ({os.environ['QT_QPA_PLATFORM']})")
+    print(f"resident memory at the start: {start_mb:.0f} MB")
+    print(" minute     ops  ops/s  frames  frames/s  resident MB  (above start)")
+    c.set_speed(0)
+    c.play()
+    rows = []
+    ops_before, frames_before = c.tape.last_tick + 1, window.frames
+    span = min(60.0, minutes * 60)
+    for minute in range(1, max(1, round(minutes)) + 1):
+        # The application's own event loop, as in the app: it waits without holding the interpreter.
+        loop = QEventLoop()
+        QTimer.singleShot(int(span * 1000), loop.quit)
+        c.playing_changed.connect(loop.quit)
+        loop.exec()
+        c.playing_changed.disconnect(loop.quit)
+        ops, frames = c.tape.last_tick + 1, window.frames
+        mb = resident_mb()
+        row = (ops - ops_before, frames - frames_before, mb)
+        rows.append(row)
+        print(
+            f" {minute:6d} {row[0]:7d} {row[0] / span:6.0f} {row[1]:7d} {row[1] / span:9.1f}"
+            f" {mb:12.0f}  ({mb - start_mb:+.0f})",
+            flush=True,
+        )
+        ops_before, frames_before = ops, frames
+        if not c.playing:
+            print("Play stopped: the lab's runs all stopped")
+            break
+    c.pause()
+    wait_until_idle(window)
+    c.shutdown()
+    if len(rows) > 1:
+        (o1, f1, _), (o2, f2, _) = rows[0], rows[-1]
+        print(f"last minute / first: ops {o2 / o1:.2f}, frames {f2 / f1:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--minutes", type=float, default=60.0)
+    parser.add_argument("--scenario", default="forgot-zero-grad")
+    args = parser.parse_args()
+    soak(args.minutes, args.scenario)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Play at the screen's rate: never more redraws than the screen shows, each with the newest op,
+and a timeline whose drawing costs no more for a long history than for a short one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QTimer
+
+from gradviz.gui.views.timeline import CURVE_BUCKETS, PeakLine, log10_positive
+
+
+class CountingList(list):
+    """A list that counts the elements read through slices (what an update costs)."""
+
+    read = 0
+
+    def __getitem__(self, index):  # type: ignore[override]
+        out = super().__getitem__(index)
+        if isinstance(index, slice):
+            CountingList.read += len(out)
+        return out
+
+
+def _long(name: str = "forgot-zero-grad"):
+    """A built-in scenario with room to play for a while."""
+    from gradviz.engine import load_scenario
+
+    return replace(load_scenario(name), iterations=100_000)
+
+
+def _series(n: int, seed: int = 0) -> tuple[list[int], list[float]]:
+    rng = np.random.default_rng(seed)
+    return list(range(n)), list(np.exp(rng.standard_normal(n)))
+
+
+@pytest.mark.parametrize("n", [2_000, 50_000, 500_000])
+def test_a_long_history_hands_the_plot_no_more_points_than_a_short_one(n: int) -> None:
+    ticks, values = _series(n)
+    line = PeakLine(log10_positive)
+    x, y = line.update(ticks, values, n)
+    # Two points a bucket (up to six where it holds a gap), plus the unbucketed tail.
+    assert len(x) == line.drawn <= 6 * CURVE_BUCKETS + line.k
+    assert line.drawn >= min(n, CURVE_BUCKETS)
+    # The highest and lowest values are drawn, at their own ticks: spikes stay in sight.
+    logs = log10_positive(values)
+    assert np.nanmax(y) == pytest.approx(np.nanmax(logs))
+    assert np.nanmin(y) == pytest.approx(np.nanmin(logs))
+    top = int(np.nanargmax(logs))
+    assert ticks[top] + 0.5 in set(x[y == np.nanmax(y)])
+
+
+def test_few_points_are_drawn_exactly_as_recorded() -> None:
+    ticks, values = _series(CURVE_BUCKETS - 1)
+    values[10] = 0.0  # a zero .grad: a gap on the log axis
+    x, y = PeakLine(log10_positive).update(ticks, values, len(ticks))
+    assert np.array_equal(x, np.asarray(ticks) + 0.5)
+    assert np.array_equal(y, log10_positive(values), equal_nan=True)
+
+
+def test_a_gap_stays_a_gap_when_points_are_bucketed() -> None:
+    ticks, values = _series(40_000)
+    values[20_000:25_000] = [0.0] * 5_000  # .grad zero for a while: nothing on a log axis
+    line = PeakLine(log10_positive)
+    x, y = line.update(ticks, values, len(ticks))
+    inside = (x > 20_000 + line.k) & (x < 25_000 - line.k)
+    assert np.all(np.isnan(y[inside]))
+    # The line stops at the gap and starts again after it: a NaN at each edge.
+    gaps = x[np.isnan(y)]
+    assert np.any(np.abs(gaps - 20_000) <= line.k) and np.any(np.abs(gaps - 25_000) <= line.k)
+
+
+def test_short_stretches_between_gaps_are_still_drawn() -> None:
+    # A reference run's .grad: zero after zero_grad, then the same norm twice (backward, step).
+    ticks = list(range(40_000))
+    values = [0.0, 0.0, 1.0, 1.0] * 10_000
+    x, y = PeakLine(log10_positive).update(ticks, values, len(ticks))
+    finite = np.isfinite(y)
+    # Somewhere two finite points follow each other: a stroke is drawn, not only lone points.
+    assert np.any(finite[1:] & finite[:-1] & (x[1:] > x[:-1]))
+
+
+def test_appending_reads_each_new_point_a_bounded_number_of_times() -> None:
+    ticks, values = _series(60_000)
+    ticks_c, values_c = CountingList(ticks), CountingList(values)
+    line = PeakLine(log10_positive)
+    CountingList.read = 0
+    n = 0
+    while n < len(ticks):
+        n = min(n + 37, len(ticks))  # a frame's worth of ops at a time
+        line.update(ticks_c, values_c, n)
+    # Rebuilding after each doubling re-reads the history: on average a few reads per point,
+    # where redrawing the whole history every frame would read it about 800 times.
+    assert CountingList.read < 12 * len(ticks)
+
+
+def test_the_timeline_draws_every_op_of_a_short_play(open_window, qtbot) -> None:
+    w = open_window(_long())
+    c = w.controller
+    c.set_speed(0)
+    c.play_until(299)  # fewer ops than a curve has buckets
+    qtbot.waitUntil(lambda: not c.playing and not c.busy, timeout=30000)
+    assert c.tape.last_tick == 299
+    w.redraw()
+    for i, run in enumerate(c.info.runs):
+        rt = c.tape.runs[run.name]
+        x, y = w.timeline.curves["loss"][i].getData()
+        assert np.array_equal(x, np.asarray(rt.ticks, dtype=np.float64) + 0.5)
+        assert np.array_equal(y, log10_positive(rt.loss), equal_nan=True)
+
+
+def _play_for(qtbot, window, seconds: float, speed: int | None) -> list[tuple[int, int]]:
+    """Play for ``seconds`` at ``speed`` (None: paused); each frame's (cursor, newest tick)."""
+    c = window.controller
+    frames: list[tuple[int, int]] = []
+
+    def drawn() -> None:
+        frames.append((c.cursor, c.tape.last_tick))
+
+    window.frame_drawn.connect(drawn)
+    # Redraws asked for far more often than the screen could show them.
+    asking = QTimer()
+    asking.timeout.connect(window.schedule_redraw)
+    asking.start(1)
+    if speed is not None:
+        c.set_speed(speed)
+        c.play()
+    qtbot.wait(int(seconds * 1000))
+    c.pause()
+    asking.stop()
+    window.frame_drawn.disconnect(drawn)
+    return frames
+
+
+@pytest.mark.parametrize("speed", [0, 30, 4, None])
+def test_redraws_never_outpace_the_screen_whatever_the_speed(open_window, qtbot, speed: int | None) -> None:
+    w = open_window(_long())
+    seconds = 1.5
+    frames = _play_for(qtbot, w, seconds, speed)
+    assert frames, "Play drew frames"
+    assert len(frames) <= seconds / w.frame_interval + 2
+
+
+def test_full_speed_frames_show_the_newest_op_and_skip_the_ones_between(open_window, qtbot) -> None:
+    w = open_window(_long())
+    frames = _play_for(qtbot, w, 2.0, 0)
+    assert all(cursor == newest for cursor, newest in frames), "every frame shows the newest op"
+    ticks = [cursor for cursor, _ in frames]
+    assert ticks == sorted(ticks)
+    # Ops between two frames are performed but not drawn one by one.
+    assert ticks[-1] - ticks[0] > 2 * len(frames)
+
+
+def test_the_op_tape_shows_no_more_columns_for_a_long_history(qtbot) -> None:
+    from gradviz.gui.views.timeline import TAPE_COLUMNS, TimelineView
+
+    view = TimelineView()
+    qtbot.addWidget(view)
+    rng = np.random.default_rng(0)
+    view._tape_rgba = rng.integers(0, 256, size=(50_000, 2, 4), dtype=np.ubyte)
+    short, long = view._tape_columns(2_000), view._tape_columns(50_000)
+    assert len(short) == 2_000, "a tick per column while they fit"
+    assert TAPE_COLUMNS // 2 <= len(long) <= TAPE_COLUMNS + 1
+    # A column is the mean colour of the ticks it stands for.
+    k = view._tape_k
+    assert np.allclose(long[0], view._tape_rgba[:k].mean(axis=0), atol=1)
