@@ -6,7 +6,7 @@ from typing import Any
 
 from PySide6.QtCore import QSettings
 
-from gradviz.gui.layout import DEFAULT_VIEWS
+from gradviz.gui.layout import MENU_VIEWS
 
 ORGANIZATION = "gradviz"
 APPLICATION = "gradviz"
@@ -24,4 +24,4 @@ def read_list(store: QSettings, key: str, default: tuple[str, ...]) -> tuple[str
         return default
     if isinstance(value, str):
         value = [value] if value else []
-    return tuple(str(v) for v in value if str(v) in DEFAULT_VIEWS)
+    return tuple(str(v) for v in value if str(v) in MENU_VIEWS)

@@ -166,3 +166,13 @@ def test_one_box_per_layer_holds_each_module_s_nodes(window, run, layers, tanhs)
     assert titles == layers
     # The activations between layers keep their own boxes (D runs twice: on real and on fake).
     assert sum(t.endswith("TanhBackward0") for t in texts(w)) == tanhs
+
+
+def test_a_shown_graph_panel_is_remembered_between_launches(tmp_path) -> None:
+    from PySide6.QtCore import QSettings
+
+    from gradviz.gui.settings import read_list
+
+    store = QSettings(str(tmp_path / "gradviz.ini"), QSettings.Format.IniFormat)
+    store.setValue("panels", ["code", "graph", "no-such-view"])
+    assert read_list(store, "panels", ()) == ("code", "graph")
