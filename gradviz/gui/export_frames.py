@@ -127,6 +127,7 @@ class ExportJob:
         self.closed = False
         self._cancelled = False
         self._first_tick = -1
+        self._notes: list[str] = []  # sentences for stderr about what the export changed
         self._encoder: threading.Thread | None = None
 
     # ------------------------------------------------------------ the line
@@ -184,7 +185,23 @@ class ExportJob:
                 default_iterations=renderer.info.scenario.iterations,
             )
             self._first_tick = plan.tick_of(plan.first)
-            shots = [Shot(t) for t in plan.ticks()]
+            end = renderer.controller.last_tick
+            scenario = renderer.info.scenario
+            ticks = list(plan.ticks())
+            shots = [Shot(t) for t in ticks if t <= end]
+            if not shots:
+                from gradviz.engine.errors import UserError
+
+                raise UserError(
+                    f"{scenario.name} ends at op {end + 1}, before the range asked for starts; "
+                    "start earlier with --from."
+                )
+            if len(shots) < len(ticks):
+                runs = "iteration" if scenario.iterations == 1 else "iterations"
+                self._notes.append(
+                    f"{scenario.name} has {end + 1} ops ({scenario.iterations} {runs}); "
+                    "the export stops at its last op."
+                )
         self.total = sum(s.hold for s in shots)
         self.shots = shots
         return shots
@@ -276,7 +293,7 @@ class ExportJob:
     @property
     def notes(self) -> list[str]:
         """Sentences the user should read about how the output differs from what was asked."""
-        return [*self.renderer.notes, *(self.writer.notes if self.writer is not None else ())]
+        return [*self._notes, *self.renderer.notes, *(self.writer.notes if self.writer is not None else ())]
 
     def cancel(self) -> None:
         """Stop: drop every frame and temporary file; the output path stays as it was."""

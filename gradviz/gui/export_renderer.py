@@ -166,8 +166,13 @@ class FrameRenderer:
         """Perform ops, an iteration at a time, until the op at ``tick`` has run or every run stopped."""
         c = self.controller
         yield from self._idle()
-        while c.cursor < tick and c.next_iteration():
+        while c.cursor < tick:
+            before = c.cursor
+            if not c.next_iteration():
+                return
             yield from self._idle()
+            if c.cursor == before:  # the scenario's last op: nothing more to perform
+                return
 
     @property
     def ticks_per_iteration(self) -> int:

@@ -35,6 +35,17 @@ def test_export_writes_the_gif_and_prints_its_path(qapp, capsys, tmp_path: Path)
         assert (getattr(im, "n_frames", 1), im.size, im.info["duration"]) == (3, (480, 360), 200)
 
 
+def test_an_export_past_the_scenarios_end_stops_there_and_says_so(qapp, capsys, tmp_path: Path) -> None:
+    # two-batch-accumulation is one iteration of 6 ops: 20 ops asked for cannot all be drawn.
+    path = tmp_path / "past.gif"
+    args = ("export", "two-batch-accumulation", "-o", str(path), "--views", "grads", "--size", "480x360")
+    code, out, err = _run(capsys, *args, "--ops", "20")
+    assert (code, out.strip()) == (0, str(path))
+    assert "has 6 ops (1 iteration); the export stops at its last op" in err
+    with Image.open(path) as im:
+        assert getattr(im, "n_frames", 1) == 6
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
