@@ -85,7 +85,8 @@ def reveal_card(number: int, count: int, questions: Sequence[Question], reveals:
         if wrong:
             parts.append("<p>" + "<br>".join(wrong) + "</p>")
         if r.facts:
-            parts.append("<p>In the real run: " + "; ".join(_text(f) for f in r.facts) + ".</p>")
+            facts = "; ".join(_text(f) for f in r.facts)
+            parts.append(f"<p>In the real run: {facts}{'' if facts.endswith('.') else '.'}</p>")
     return "".join(parts)
 
 
