@@ -9,7 +9,8 @@ their tallest content, and the code panel its scroll position, so nothing
 moves from frame to frame. :meth:`ExportFrame.problems` says what a size
 cannot draw readably; :meth:`ExportFrame.too_small` finds the least size
 that can. A lesson card (:meth:`ExportFrame.show_card`) holds a question or
-its reveal over the views in large type.
+its reveal in large type over views it asks nothing about, clear of the code's
+current line and the inspector's leading rows (:meth:`ExportFrame.evidence`).
 
 Both surfaces draw one :class:`~gradviz.gui.surface_state.SurfaceState`: the
 2-D view's, or the frame's own when only the 3-D surface is shown.
@@ -79,8 +80,7 @@ DRAG_HINT = " Drag to rotate, wheel to zoom."
 SURFACE_MARGIN = 0.04
 # Code lines narrower than this many characters wrap too often to read.
 MIN_CODE_CHARS = 20
-# A lesson card covers at most this share of the views' height, in type no smaller than this.
-CARD_SHARE = 0.8
+# A lesson card's type is no smaller than this.
 MIN_CARD_POINTS = 8.0
 # Moments drawn between two chances for a window to handle its events while an export prepares.
 MEASURE_SLICE = 8
@@ -765,11 +765,77 @@ class ExportFrame(QWidget):
         if points != self._caption_points:
             self._set_caption_points(points)
 
+    def evidence(self) -> list[QRect]:
+        """Where the frame shows what a lesson card asks about, in frame coordinates.
+
+        The code's lines that ran and the line that runs next, and the inspector's
+        rows the lesson leads with (every row, when it leads with none): the parts
+        of them in sight.
+        """
+        out: list[QRect] = []
+        code = self.views.get("code")
+        if code is not None and code.isVisibleTo(self):
+            editor = code.editor
+            ran, next_line = code.line_state()
+            numbers = [*(range(ran[0], ran[1] + 1) if ran else ()), next_line]
+            rows = [r for r, d in enumerate(code.lines) if d.number is not None and d.number in numbers]
+            seen = editor.viewport().rect()
+            for row in rows:
+                block = editor.document().findBlockByNumber(row)
+                line = editor.blockBoundingGeometry(block).translated(editor.contentOffset()).toRect()
+                line = QRect(0, line.y(), seen.width(), line.height()).intersected(seen)
+                if not line.isEmpty():
+                    out.append(QRect(editor.viewport().mapTo(self, line.topLeft()), line.size()))
+        grads = self.views.get("grads")
+        if grads is not None and grads.isVisibleTo(self):
+            table = grads.table
+            lead = [i for i, r in enumerate(grads.shown_rows) if r.lead] or range(table.rowCount())
+            seen = table.viewport().rect()
+            for row in lead:
+                if table.isRowHidden(row):
+                    continue
+                box = QRect(0, table.rowViewportPosition(row), seen.width(), table.rowHeight(row))
+                box = box.intersected(seen)
+                if not box.isEmpty():
+                    out.append(QRect(table.viewport().mapTo(self, box.topLeft()), box.size()))
+        return out
+
+    def _card_places(self, top: int, margin: int) -> list[QRect]:
+        """Where a card may go: the band of the views, or a column of them, clear of :meth:`evidence`.
+
+        Where some evidence lies in a place, the part above all of it and the part below
+        all of it are offered instead.
+        """
+        w, h = self.frame_style.size
+        band = QRect(margin, top, w - 2 * margin, h - margin - top)
+        places = [band]
+        for column in WINDOW_LAYOUT.arrange(self.views):
+            shown = [self.views[k] for k in column.views if self.views[k].isVisibleTo(self)]
+            if shown:
+                boxes = [_rect_in(v, self) for v in shown]
+                left = min(b.left() for b in boxes)
+                right = max(b.right() for b in boxes)
+                places.append(QRect(left, top, right - left + 1, band.height()))
+        evidence = self.evidence()
+        out: list[QRect] = []
+        for place in places:
+            hit = [e for e in evidence if e.intersects(place)]
+            if not hit:
+                out.append(place)
+                continue
+            above = min(e.top() for e in hit) - 6
+            below = max(e.bottom() for e in hit) + 6
+            out.append(QRect(place.left(), place.top(), place.width(), above - place.top() + 1))
+            out.append(QRect(place.left(), below, place.width(), place.bottom() - below + 1))
+        return [p for p in out if p.height() > 0 and p.width() > 0]
+
     def show_card(self, html: str) -> None:
         """Hold ``html`` (a lesson's question or reveal) over the views in large type; "" hides it.
 
-        The card spans the views' width at the bottom of the frame, as tall as its text
-        needs up to most of the views' height; longer text is set in smaller type.
+        The card covers no :meth:`evidence`: of the band of the views, a column of them,
+        or the part of either above or below the evidence, it takes the place that holds
+        its text in the largest type (the lowest of those) (the views stay where the play frames have them, so
+        nothing jumps), as tall as its text needs, at that place's bottom.
         """
         if not html:
             self.card.hide()
@@ -777,21 +843,33 @@ class ExportFrame(QWidget):
         w, h = self.frame_style.size
         top = _rect_in(self.caption, self).bottom() + 8 if self.frame_style.caption else 8
         margin = max(8, w // 40)
-        width = w - 2 * margin
-        room = int((h - top - margin) * CARD_SHARE)
         self.card.setText(html)
-        points = card_points(h)
+        best: tuple[float, int, QRect] | None = None
+        for place in self._card_places(top, margin):
+            points, need = self._card_fit(place.width(), place.height())
+            fits = need <= place.height()
+            score = points if fits else MIN_CARD_POINTS - place.height() / h
+            # Of equal type, the lower place: it covers the code after the loop, not the loop.
+            if best is None or (score, place.top()) > (best[0], best[2].top()):
+                best = (score, need, place)
+        assert best is not None
+        place = best[2]
+        points, need = self._card_fit(place.width(), place.height())
+        height = min(need, place.height())
+        self.card.setGeometry(place.left(), place.bottom() + 1 - height, place.width(), height)
+        self.card.show()
+        self.card.raise_()
+
+    def _card_fit(self, width: int, room: int) -> tuple[float, int]:
+        """The largest card type (down to the least) whose text fits ``room`` at ``width``, and its height."""
+        points = card_points(self.frame_style.size[1])
         while True:
             self.card.setStyleSheet(f"font-size: {points:g}pt;")
             self.card.ensurePolished()
             need = self.card.heightForWidth(width)
             if need <= room or points <= MIN_CARD_POINTS:
-                break
+                return points, need
             points -= 1.0
-        height = min(need, room)
-        self.card.setGeometry(margin, h - margin - height, width, height)
-        self.card.show()
-        self.card.raise_()
 
     def _paint_gl(self, image: QImage) -> None:
         """Paint the 3-D view's OpenGL framebuffer over its place in ``image``.
