@@ -80,8 +80,9 @@ DRAG_HINT = " Drag to rotate, wheel to zoom."
 SURFACE_MARGIN = 0.04
 # Code lines narrower than this many characters wrap too often to read.
 MIN_CODE_CHARS = 20
-# A lesson card's type is no smaller than this.
+# A lesson card's type is no smaller than this; it gives up this many points to hide less evidence.
 MIN_CARD_POINTS = 8.0
+CARD_POINTS_TRADED = 2.0
 # Moments drawn between two chances for a window to handle its events while an export prepares.
 MEASURE_SLICE = 8
 # The largest frame the command line takes (see cli.SIZES).
@@ -90,6 +91,10 @@ LARGEST = (7680, 4320)
 
 def _rect_in(widget: QWidget, ancestor: QWidget) -> QRect:
     return QRect(widget.mapTo(ancestor, QPoint(0, 0)), widget.size())
+
+
+def _area(rect: QRect) -> int:
+    return 0 if rect.isEmpty() else rect.width() * rect.height()
 
 
 @dataclass(frozen=True)
@@ -807,15 +812,16 @@ class ExportFrame(QWidget):
         all of it are offered instead.
         """
         w, h = self.frame_style.size
-        band = QRect(margin, top, w - 2 * margin, h - margin - top)
-        places = [band]
+        shown = [v for v in self.views.values() if v.isVisibleTo(self)]
+        # Down to the views' bottom edge: a card ending above it would leave a strip of cut text.
+        bottom = max((_rect_in(v, self).bottom() for v in shown), default=h - margin)
+        places = [QRect(margin, top, w - 2 * margin, bottom - top + 1)]
         for column in WINDOW_LAYOUT.arrange(self.views):
-            shown = [self.views[k] for k in column.views if self.views[k].isVisibleTo(self)]
-            if shown:
-                boxes = [_rect_in(v, self) for v in shown]
+            boxes = [_rect_in(self.views[k], self) for k in column.views if self.views[k] in shown]
+            if boxes:
                 left = min(b.left() for b in boxes)
                 right = max(b.right() for b in boxes)
-                places.append(QRect(left, top, right - left + 1, band.height()))
+                places.append(QRect(left, top, right - left + 1, bottom - top + 1))
         evidence = self.evidence()
         out: list[QRect] = []
         for place in places:
@@ -834,27 +840,35 @@ class ExportFrame(QWidget):
 
         The card covers no :meth:`evidence`: of the band of the views, a column of them,
         or the part of either above or below the evidence, it takes the place that holds
-        its text in the largest type (the lowest of those) (the views stay where the play frames have them, so
-        nothing jumps), as tall as its text needs, at that place's bottom.
+        its text in large type (up to :data:`CARD_POINTS_TRADED` below the largest any
+        place allows) hiding least of the code and the inspector, as tall as its text
+        needs, at that place's bottom. The views stay where the play frames have them, so
+        nothing jumps.
         """
         if not html:
             self.card.hide()
             return
-        w, h = self.frame_style.size
+        w = self.frame_style.size[0]
         top = _rect_in(self.caption, self).bottom() + 8 if self.frame_style.caption else 8
         margin = max(8, w // 40)
         self.card.setText(html)
-        best: tuple[float, int, QRect] | None = None
+        evidence_views = [v for k, v in self.views.items() if k in ("code", "grads") and v.isVisibleTo(self)]
+        fitting: list[tuple[float, int, int, QRect]] = []
         for place in self._card_places(top, margin):
             points, need = self._card_fit(place.width(), place.height())
-            fits = need <= place.height()
-            score = points if fits else MIN_CARD_POINTS - place.height() / h
-            # Of equal type, the lower place: it covers the code after the loop, not the loop.
-            if best is None or (score, place.top()) > (best[0], best[2].top()):
-                best = (score, need, place)
-        assert best is not None
-        place = best[2]
-        points, need = self._card_fit(place.width(), place.height())
+            if need <= place.height():
+                card = QRect(place.left(), place.bottom() + 1 - need, place.width(), need)
+                hidden = sum(_area(card.intersected(_rect_in(v, self))) for v in evidence_views)
+                fitting.append((points, hidden, place.top(), place))
+        if fitting:
+            # A little smaller type is worth hiding less of the code and the inspector; then the
+            # lowest place, which covers the code after the loop rather than the loop.
+            largest = max(f[0] for f in fitting)
+            near = [f for f in fitting if f[0] >= largest - CARD_POINTS_TRADED]
+            place = min(near, key=lambda f: (f[1], -f[2]))[3]
+        else:
+            place = max(self._card_places(top, margin), key=lambda p: p.height())
+        _, need = self._card_fit(place.width(), place.height())
         height = min(need, place.height())
         self.card.setGeometry(place.left(), place.bottom() + 1 - height, place.width(), height)
         self.card.show()
