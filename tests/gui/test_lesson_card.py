@@ -47,6 +47,7 @@ def _lead_row_boxes(frame: ExportFrame) -> list[QRect]:
         ("forgot-zero-grad", False),
         ("two-batch-accumulation", False),
         ("backward-twice", False),
+        ("grad-accumulation", False),
         ("rnn-tbptt", True),
     ],
 )
