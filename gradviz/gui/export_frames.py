@@ -188,14 +188,8 @@ class ExportJob:
             end = renderer.controller.last_tick
             scenario = renderer.info.scenario
             ticks = list(plan.ticks())
-            shots = [Shot(t) for t in ticks if t <= end]
-            if not shots:
-                from gradviz.engine.errors import UserError
-
-                raise UserError(
-                    f"{scenario.name} ends at op {end + 1}, before the range asked for starts; "
-                    "start earlier with --from."
-                )
+            # A range wholly past the end is left as asked: drawing it says why nothing can be drawn.
+            shots = [Shot(t) for t in ticks if t <= end] or [Shot(t) for t in ticks]
             if len(shots) < len(ticks):
                 runs = "iteration" if scenario.iterations == 1 else "iterations"
                 self._notes.append(
@@ -238,9 +232,15 @@ class ExportJob:
                 break
             yield
         if self.done == 0:
+            scenario_end = renderer.controller.last_tick
+            if end < scenario_end:
+                raise UserError(
+                    f"Every run stopped (diverged or failed) at op {end + 1}, before the first frame; "
+                    "choose an earlier --from."
+                )
             raise UserError(
-                f"Every run stopped (diverged or failed) at op {end + 1}, before the first frame; "
-                "choose an earlier --from."
+                f"{renderer.info.scenario.name} ends at op {scenario_end + 1}, before the range asked for "
+                "starts; choose an earlier --from."
             )
 
     def _add(self, frame: np.ndarray, hold: int) -> None:

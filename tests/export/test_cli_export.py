@@ -46,6 +46,18 @@ def test_an_export_past_the_scenarios_end_stops_there_and_says_so(qapp, capsys, 
         assert getattr(im, "n_frames", 1) == 6
 
 
+def test_a_range_past_the_scenarios_end_is_one_sentence(qapp, capsys, tmp_path: Path) -> None:
+    path = tmp_path / "late.gif"
+    args = ("export", "two-batch-accumulation", "-o", str(path), "--from", "50", "--to", "51")
+    code, out, err = _run(capsys, *args)
+    assert (code, out) == (2, "")
+    assert err.strip() == (
+        "gradviz: two-batch-accumulation ends at op 6, before the range asked for starts; "
+        "choose an earlier --from."
+    )
+    assert not path.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
