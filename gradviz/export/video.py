@@ -9,6 +9,7 @@ does not pay for it.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -203,7 +204,7 @@ class VideoWriter(FrameWriter):
         self.count = 0
         self._closed = False
         self._file = AtomicFile(path, suffix=self.suffix)
-        try:
+        with self._aborting_on_failure():
             self._container: OutputContainer = av.open(
                 str(self._file.temp), "w", format=fmt.muxer, options=fmt.options
             )
@@ -221,15 +222,27 @@ class VideoWriter(FrameWriter):
             ctx.color_primaries = ctx.color_trc = BT709
             ctx.colorspace = encoder.matrix
             ctx.color_range = LIMITED_RANGE
+
+    def __len__(self) -> int:
+        return self.count
+
+    @contextlib.contextmanager
+    def _aborting_on_failure(self) -> Iterator[None]:
+        """Remove the partial file on any failure; FFmpeg's and the OS's errors become a sentence.
+
+        Interrupted (a KeyboardInterrupt) and anything else propagate as they are, but no partial
+        file stays behind.
+        """
+        import av
+
+        try:
+            yield
         except (av.FFmpegError, OSError) as exc:
             self.abort()
             raise self._failure(exc) from None
         except BaseException:
             self.abort()
             raise
-
-    def __len__(self) -> int:
-        return self.count
 
     def _failure(self, exc: BaseException) -> UserError:
         return UserError(
@@ -257,7 +270,7 @@ class VideoWriter(FrameWriter):
         from av.video.reformatter import Colorspace
 
         rgb = self._frame(check_frame(frame, self.size))
-        try:
+        with self._aborting_on_failure():
             check_interrupt()  # a safe point: between two frames, outside any Qt call
             picture = av.VideoFrame.from_ndarray(rgb, format="rgb24")
             # By name: PyAV before 15 takes the matrix only as a string.
@@ -267,13 +280,6 @@ class VideoWriter(FrameWriter):
             picture.time_base = 1 / self.rate
             for packet in self._stream.encode(picture):
                 self._container.mux(packet)
-        except (av.FFmpegError, OSError) as exc:
-            self.abort()
-            raise self._failure(exc) from None
-        except BaseException:
-            # Interrupted (a KeyboardInterrupt) and anything else: no partial file stays behind.
-            self.abort()
-            raise
         self.count += 1
 
     def commit(self, progress: Progress | None = None) -> Path:
@@ -284,23 +290,15 @@ class VideoWriter(FrameWriter):
         Interrupted
             When a signal came during the export; the previous file stays and no temporary is left.
         """
-        import av
-
         if self.count == 0:
             raise ValueError("no frames to write")
-        try:
+        with self._aborting_on_failure():
             for packet in self._stream.encode(None):
                 check_interrupt()  # between encoder writes, before the final rename
                 self._container.mux(packet)
             check_interrupt()
             self._container.close()
             self._closed = True
-        except (av.FFmpegError, OSError) as exc:
-            self.abort()
-            raise self._failure(exc) from None
-        except BaseException:
-            self.abort()
-            raise
         try:
             return self._file.commit()  # checks for a signal once more, then renames
         except BaseException:

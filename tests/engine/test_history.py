@@ -16,19 +16,7 @@ from gradviz.engine import Lab, OpRecord, load_builtin, loads_scenario
 from gradviz.engine.copying import flat_copy
 from gradviz.engine.record import THINNED_EVERY, Grads, Snapshot
 
-MLP = """
-name = "mlp-light"
-[model]
-kind = "mlp"
-widths = [64, 64]
-[data]
-kind = "wave"
-n = 256
-batch_size = 32
-[optimizer]
-kind = "Adam"
-lr = 0.01
-"""
+from .helpers import MLP
 
 
 def _reachable(root: object) -> Iterator[object]:

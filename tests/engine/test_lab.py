@@ -14,7 +14,7 @@ from gradviz.engine.errors import DeviceError
 from gradviz.engine.record import PackedSnapshot
 from gradviz.engine.run import Run
 
-from .helpers import builtin_lab
+from .helpers import MLP, builtin_lab
 
 
 def _same(a: OpRecord, b: OpRecord) -> None:
@@ -77,21 +77,6 @@ def test_record_at_and_initial_give_every_moment():
     assert lab.initial("yours").params["weight"].item() == -1.0
     rec = lab.record_at("yours", 6)
     assert rec is not None and rec.tick <= 6 and rec.run == "yours"
-
-
-MLP = """
-name = "mlp-light"
-[model]
-kind = "mlp"
-widths = [64, 64]
-[data]
-kind = "wave"
-n = 256
-batch_size = 32
-[optimizer]
-kind = "Adam"
-lr = 0.01
-"""
 
 
 def test_large_models_keep_keyframes_and_rebuild_any_op_exactly():
