@@ -36,7 +36,8 @@ app: setup
 	fi
 
 test: setup
-	$(BIN)/python -m pytest -q -m "not gl"
+	# One worker per core (pytest-xdist): the suite is CPU-bound, one intra-op thread per process.
+	$(BIN)/python -m pytest -q -m "not gl" -n auto
 	# The 3-D (OpenGL) tests need an X server: a virtual one here. One process per folder:
 	# in one process, pyqtgraph items fail to draw in a GL context made after an earlier one closed.
 	for dir in tests/gui tests/export; do \
