@@ -175,6 +175,12 @@ QSplitter::handle {{ background: {theme.grid}; }}
 
 def apply_theme(app: QApplication, theme: Theme, points: float = BASE_POINT_SIZE) -> None:
     """Paint the whole application in ``theme``, with body text of ``points``."""
-    app.setStyle("Fusion")
+    # Each of these re-polishes every widget (most of a second in a full window): only on a change.
+    # (With a style sheet set, app.style() is Qt's style-sheet proxy and has no name: remember.)
+    if app.property("gradviz_style") != "Fusion":
+        app.setStyle("Fusion")
+        app.setProperty("gradviz_style", "Fusion")
     app.setPalette(palette(theme))
-    app.setStyleSheet(style_sheet(theme, points))
+    sheet = style_sheet(theme, points)
+    if app.styleSheet() != sheet:
+        app.setStyleSheet(sheet)
