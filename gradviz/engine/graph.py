@@ -345,6 +345,22 @@ class _Static(NamedTuple):
     probe: tuple[str | None, ...]
     # The ids of the parameters' AccumulateGrad nodes (what they add is always copied).
     leaves: frozenset[int]
+    # By the nodes a backward freed: ``nodes`` with those nodes' saved tensors marked freed.
+    freed: dict[tuple[int, ...], tuple[Node, ...]]
+
+    def nodes_freed(self, ids: Sequence[int]) -> tuple[Node, ...]:
+        """``nodes`` with the saved tensors of the nodes ``ids`` marked freed."""
+        key = tuple(i for i in ids if self.nodes[i].saved)
+        if not key:
+            return self.nodes
+        nodes = self.freed.get(key)
+        if nodes is None:
+            out = list(self.nodes)
+            for i in key:
+                n = out[i]
+                out[i] = n._replace(saved=tuple(s._replace(freed=True) for s in n.saved))
+            nodes = self.freed[key] = tuple(out)
+        return nodes
 
 
 @dataclass
@@ -412,7 +428,7 @@ def _read(live: Sequence[Any], params: Mapping[int, str], shapes: Sequence[Any])
         saved, first = _saved(node)
         nodes.append(Node(i, name, kind, None, shapes[i], saved))
         probe.append(first)
-    return _Static(tuple(nodes), tuple(probe), frozenset(leaves))
+    return _Static(tuple(nodes), tuple(probe), frozenset(leaves), {})
 
 
 def _walk(
@@ -432,7 +448,7 @@ def _walk(
     """
     root = loss.grad_fn
     if root is None:
-        empty = _Static((), (), frozenset())
+        empty = _Static((), (), frozenset(), {})
         return _Walk(Graph((), (), root=None, phase=phase, iteration=iteration, micro=micro), [], empty, ())
     live, edges, slots = _structure(root)
     accumulate = _accumulate_grad()
@@ -636,8 +652,8 @@ class GraphCapture:
 
     def _finish(self, walk: _Walk, ran: list[_Ran], error: str | None, failed: int | None) -> None:
         g = walk.graph
-        nodes = list(g.nodes)
-        probes = walk.static.probe
+        static = walk.static
+        probes = static.probe
         if error is None:
             # A backward without retain_graph frees the saved tensors of every node it runs: reading
             # one of them back (PyTorch raises once it is freed) tells for all of them.
@@ -646,32 +662,33 @@ class GraphCapture:
             freed = [i for i, _, _ in ran] if gone else []
         else:  # each node read back: an earlier backward freed what it ran, this one what it reached
             freed = [i for i, attr in enumerate(probes) if attr is not None and _freed(walk.live[i], attr)]
-        for i in freed:
-            n = nodes[i]
-            if n.saved:
-                nodes[i] = n._replace(saved=tuple(s._replace(freed=True) for s in n.saved))
         # Copied: what went along each edge, and what each parameter leaf received (the ledger's
         # figure); what an inner node received is the sum of its edges' and is not kept again.
         copied = _Copies(self.values)
-        leaves = walk.static.leaves
+        leaves = static.leaves
         received = {i: copied.take(outputs, True) for i, outputs, _ in ran if i in leaves}
         out = {i: inputs for i, _, inputs in ran}
         sent = copied.take(
             [
-                out[a][slot] if a in out and slot < len(out[a]) else None
+                grads[slot] if (grads := out.get(a)) is not None and slot < len(grads) else None
                 for (a, _), slot in zip(g.edges, walk.slots, strict=True)
             ],
             False,
         )
         copied.fill()
-        graph = dataclasses.replace(
-            g,
-            nodes=tuple(nodes),
-            order=tuple(i for i, _, _ in ran),
-            received={i: tuple(got) for i, got in received.items()},
-            sent=tuple(sent),
-            error=error,
-            failed=failed,
+        graph = Graph(
+            static.nodes_freed(freed),
+            g.edges,
+            tuple(i for i, _, _ in ran),
+            g.root,
+            {i: tuple(got) for i, got in received.items()},
+            tuple(sent),
+            g.phase,
+            g.iteration,
+            g.micro,
+            error,
+            failed,
+            g.cuts,
         )
         self.graphs.append(graph)
         if self.keep is not None and len(self.graphs) > self.keep:

@@ -123,6 +123,39 @@ def test_the_gan_cut_no_generator_leaf_with_detach_or_no_grad(window, run, reach
         assert len(graph.nodes) < 20
 
 
+@pytest.mark.parametrize(
+    ("run", "cut"),
+    [("no-detach", None), ("detach", "fake.detach()"), ("no-grad", "fake: made under torch.no_grad()")],
+)
+def test_the_cut_is_drawn_below_the_node_that_took_fake_in(window, run, cut):
+    w = window("gan-detach")
+    w.graph.set_run(run)
+    step(w, 3)
+    drawn = texts(w)
+    graph = w.graph.shown.graph
+    if cut is None:
+        assert graph.cuts == () and not any("detach()" in t or "no_grad()" in t for t in drawn)
+        return
+    assert cut in drawn
+    assert ("detach()" if run == "detach" else "torch.no_grad()") in drawn  # the dashed edge's label
+    assert graph.nodes[graph.cuts[0].node].name == "AddmmBackward0"
+
+
+def test_a_second_backward_through_the_freed_graph_shows_pytorchs_error(window):
+    w = window("backward-twice")  # run no-retain first
+    step(w, 4)  # zero_grad, forward, backward, backward: the second raises
+    note = w.graph.note.text()
+    assert note.startswith(
+        "backward() raised PyTorch's error: RuntimeError: Trying to backward through the graph a second time"
+    )
+    assert note.endswith("The backward() before freed this graph's saved tensors.")
+    drawn = texts(w)
+    assert "backward() raised here" in drawn
+    saved = [t for t in drawn if t.startswith("() ") or "saved" in t]
+    assert saved and all(t.endswith("· freed") for t in saved if "saved" in t)
+    assert not any(t.startswith("#") for t in drawn)  # no node ran
+
+
 def test_after_step_the_graph_is_drawn_freed_and_says_so(window):
     w = window("forgot-zero-grad")
     step(w, 4)  # zero_grad, forward, backward, step
