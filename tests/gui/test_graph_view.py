@@ -209,3 +209,40 @@ def test_a_shown_graph_panel_is_remembered_between_launches(tmp_path) -> None:
     store = QSettings(str(tmp_path / "gradviz.ini"), QSettings.Format.IniFormat)
     store.setValue("panels", ["code", "graph", "no-such-view"])
     assert read_list(store, "panels", ()) == ("code", "graph")
+
+
+def test_an_export_lights_a_backward_node_by_node_in_pytorchs_order(qapp, tmp_path):
+    from gradviz.gui.export_frame import FrameStyle
+    from gradviz.gui.export_frames import ExportJob, ExportRange
+    from gradviz.gui.export_renderer import run_inline
+
+    out = tmp_path / "frames"
+    out.mkdir()
+    style = FrameStyle((1280, 720), ("graph", "code"))
+    job = ExportJob("backward-twice", out, style=style, fps=4, frames=ExportRange(ops=4))
+    renderer = job.renderer
+    render = renderer.render
+    seen: list[tuple[int, int, str]] = []
+
+    def noted(*args, **kwargs):
+        frame = render(*args, **kwargs)
+        view = renderer.frame.shown_views()["graph"]
+        seen.append((view.shown.tick, view.shown.ran, view.note.text()))
+        return frame
+
+    renderer.render = noted  # type: ignore[method-assign]
+    run_inline(job.work())
+    # zero_grad (no graph yet: -1), forward, the first backward node by node (7 nodes), the second
+    # backward (it raises).
+    assert [(tick, ran) for tick, ran, _ in seen] == [(-1, 0), (1, 0), *((2, k) for k in range(1, 8)), (3, 0)]
+    assert len(list(out.glob("*.png"))) == len(seen) == job.total
+    _, loss = live_loss("backward-twice", "no-retain", 1)
+    nodes, _, _ = independent_walk(loss)
+    fired: list[str] = []
+    for n in nodes:
+        n.register_hook(lambda *_a, n=n: fired.append(type(n).__name__))
+    loss.backward()
+    # Each frame names the node that ran last, in the order the hooks of a plain backward fire.
+    named = [note.split(", ")[-1].rstrip(".") for tick, ran, note in seen if tick == 2 and ran < 7]
+    assert named == fired[:6]
+    assert seen[-1][2].startswith("backward() raised PyTorch's error")

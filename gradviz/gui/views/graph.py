@@ -311,6 +311,13 @@ class GraphView(QWidget):
         self.shown = Shown(graph, tick, ran, freed, self._sentence(moment, graph, tick, ran, freed))
         self._render()
 
+    def backward_length(self, moment: Moment) -> int:
+        """How many nodes ran in the drawn run's backward at ``moment``'s own tick (0: no backward there)."""
+        if self.run_name is None:
+            return 0
+        graph, tick = moment.graph(self.run_name)
+        return len(graph.order) if graph is not None and tick == moment.tick else 0
+
     def show_part(self, part: tuple[int, int] | None) -> None:
         """Draw a backward at the moment's tick as ``part = (k, n)``: its first ``k``/``n`` of the nodes
         run, in order (an export's frames within one backward); ``None`` draws all of it."""
