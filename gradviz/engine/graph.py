@@ -44,8 +44,7 @@ VIEW_VALUES = 16
 _SAVED = "_saved_"
 
 
-@dataclass(frozen=True)
-class Uncopied:
+class Uncopied(NamedTuple):
     """A gradient larger than a capture copies: only its shape is kept."""
 
     shape: tuple[int, ...]
@@ -724,14 +723,17 @@ class _Copies:
 
     def take(self, grads: Sequence[torch.Tensor | None], full: bool) -> list[Grad]:
         """A list that :meth:`fill` completes with the copies of ``grads``."""
-        out: list[Grad] = []
-        for t in grads:
-            if t is not None and (full or self.limit is None or t.numel() <= self.limit):
-                self.tensors[id(t)] = t
-                self.places.append((out, len(out), id(t)))
-                out.append(None)
+        out: list[Grad] = [None] * len(grads)
+        limit = None if full else self.limit
+        tensors, places = self.tensors, self.places
+        for k, t in enumerate(grads):
+            if t is None:
+                continue
+            if limit is None or t.numel() <= limit:
+                tensors[id(t)] = t
+                places.append((out, k, id(t)))
             else:
-                out.append(None if t is None else Uncopied(tuple(t.shape)))
+                out[k] = Uncopied(tuple(t.shape))
         return out
 
     def fill(self) -> None:
@@ -753,7 +755,22 @@ class _Copies:
 
 
 def _freed(node: Any, attr: str) -> bool:
-    """Whether PyTorch has freed a saved tensor: reading it raises once it has."""
+    """Whether PyTorch has freed the tensor ``node`` saved as ``attr``.
+
+    PyTorch's own handle of it (``_raw_saved_<name>``) then holds neither the tensor nor an unpack
+    hook, and reading the tensor raises; the handle is read first, as the raise is slow (a C++
+    exception with its stack), and the raise decides where the handle cannot tell.
+    """
+    try:
+        raw = getattr(node, "_raw" + attr)
+        if isinstance(raw, list | tuple):
+            raw = raw[0] if raw else None
+        if raw is not None and raw.data is None and raw.unpack_hook is None:
+            return True
+        if raw is not None and raw.data is not None:
+            return False
+    except (AttributeError, RuntimeError):
+        pass
     try:
         getattr(node, attr)
     except RuntimeError:

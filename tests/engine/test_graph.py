@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 from typing import Any
 
@@ -186,9 +187,13 @@ def _small_loss() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     return loss, {"weight": layer.weight, "bias": layer.bias}
 
 
-def test_saved_tensors_are_marked_freed_after_backward_and_kept_with_retain_graph():
+@pytest.mark.parametrize("packed", [False, True])
+def test_saved_tensors_are_marked_freed_after_backward_and_kept_with_retain_graph(packed):
+    # ``packed``: the forward under saved-tensor hooks, as where the lab counts the bytes saved.
+    hooks = torch.autograd.graph.saved_tensors_hooks(lambda t: t * 1, lambda t: t)
     for retain in (False, True):
-        loss, params = _small_loss()
+        with hooks if packed else contextlib.nullcontext():
+            loss, params = _small_loss()
         run = _fake_run(params)
         capture = GraphCapture()
         capture.forward(run, SLOT, 0, loss)
@@ -202,6 +207,15 @@ def test_saved_tensors_are_marked_freed_after_backward_and_kept_with_retain_grap
             loss.backward(retain_graph=retain)
         (after,) = capture.graphs
         assert all(s.freed != retain for n in after.nodes for s in n.saved)
+        # Each mark is what reading that tensor back does: PyTorch raises once it is freed.
+        for node, shown in zip(independent_walk(loss)[0], after.nodes, strict=True):
+            for s in shown.saved:
+                try:
+                    getattr(node, "_saved_" + s.name.split("[")[0])
+                    raised = False
+                except RuntimeError:
+                    raised = True
+                assert s.freed == raised, (shown.name, s.name, packed, retain)
         # The real thing: reading a saved tensor after such a backward raises.
         node = loss.grad_fn.next_functions[0][0]
         if retain:

@@ -539,7 +539,8 @@ def draw_graph(
     leaf_color: str,
 ) -> QPointF:
     """Lay out and add the boxes, edges and labels of ``shown`` to ``scene``; the centre of the
-    node that ran last, or, where none is running, the top of the scene above the loss."""
+    node that ran last (of the first cut, once the whole traversal is drawn), or, where none is
+    running, the top of the scene above the loss."""
     from PySide6.QtGui import QFontMetricsF
 
     graph = shown.graph
@@ -604,12 +605,19 @@ def draw_graph(
         labelled.append((cut_call(cuts[k]), (sx + ex) / 2, (sy + ey) / 2))
     scene.addPath(cut_path, QPen(QColor(theme.text), 1.6, Qt.PenStyle.DashLine))
     back = QBrush(QColor(theme.base))
+    placed: list[QRectF] = [QRectF(x, y, w, h) for (x, y), w, h in zip(corners, widths, heights, strict=True)]
     for label, cx, cy in labelled:
         w = little.horizontalAdvance(label)
         h = little.height()
-        scene.addRect(QRectF(cx - w / 2 - 2, cy - h / 2, w + 4, h), QPen(Qt.PenStyle.NoPen), back).setZValue(
-            2
-        )
+        # Edges meeting at one node bring their labels together: one moves a line up or down, off
+        # the boxes and the labels placed, or is left out rather than drawn over another.
+        spots = (QRectF(cx - w / 2 - 2, cy - h / 2 + dy, w + 4, h) for dy in (0.0, -h, h))
+        rect = next((r for r in spots if not any(r.intersects(p) for p in placed)), None)
+        if rect is None:
+            continue
+        placed.append(rect)
+        cy = rect.center().y()
+        scene.addRect(rect, QPen(Qt.PenStyle.NoPen), back).setZValue(2)
         item = scene.addSimpleText(label, small)
         item.setPos(cx - w / 2, cy - h / 2)
         item.setBrush(QBrush(QColor(theme.text)))
@@ -657,6 +665,10 @@ def draw_graph(
     scene.setSceneRect(QRectF(-8, -8, right + 16, bottom + 16))
     if not shown.ran or faded:
         return QPointF(corners[0][0] + widths[0] / 2, -8.0)
+    if cuts and shown.ran == len(graph.order):
+        # The traversal is done: where it stopped, at the cut, is what to see.
+        (x, y), i = corners[count], count
+        return QPointF(x + widths[i] / 2, y + heights[i] / 2)
     last = graph.order[shown.ran - 1]
     x, y = corners[last]
     return QPointF(x + widths[last] / 2, y + heights[last] / 2)
