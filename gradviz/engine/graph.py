@@ -5,14 +5,16 @@ the loss. Every node keeps its real class name (``MseLossBackward0``,
 ``AddmmBackward0``, ``AccumulateGrad``), its output shape from the node's own
 metadata, and the tensors it saved for backward (read from its ``_saved_*``
 attributes). ``AccumulateGrad`` leaves are named after the run's parameters.
+Where the loop cut a tensor off the graph that made it (``detach()``, or made
+under ``torch.no_grad()``), the node that saved that tensor marks the cut.
 
 During ``backward()``, :class:`GraphCapture` (an observer a :class:`~gradviz.engine.run.Run`
 calls only when one is set) puts autograd's own node hooks on every node of the
 walked graph: the order they fire in is PyTorch's execution order, and the
 gradients they see are the ones that flowed, not recomputed. Afterwards a saved
-tensor of a node that ran is read again: PyTorch refuses (``RuntimeError``) once
-the backward freed the graph, which it does for every node it ran at once.
-"""
+tensor of a node that ran is looked at again: PyTorch frees (and refuses to read)
+them once a backward without ``retain_graph`` ran the node. A second backward
+through a freed graph raises in PyTorch; its graph is kept with that error."""
 
 from __future__ import annotations
 
