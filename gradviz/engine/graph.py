@@ -741,6 +741,15 @@ class _Copies:
     def fill(self) -> None:
         if not self.tensors:
             return
+        try:
+            # Small CPU tensors copy fastest one by one: no dispatch of a reshape and cat for each.
+            arrays = {key: t.numpy().copy() for key, t in self.tensors.items()}
+        except (RuntimeError, TypeError):  # on a GPU, or a dtype numpy lacks
+            arrays = self._flat()
+        for out, k, key in self.places:
+            out[k] = arrays[key]
+
+    def _flat(self) -> dict[int, np.ndarray]:
         tensors = list(self.tensors.values())
         try:
             flat = torch._C._nn.flatten_dense_tensors(tensors).to("cpu").numpy()
@@ -752,8 +761,7 @@ class _Copies:
             n = t.numel()
             arrays[id(t)] = flat[at : at + n].reshape(t.shape)
             at += n
-        for out, k, key in self.places:
-            out[k] = arrays[key]
+        return arrays
 
 
 def _freed(node: Any, attr: str) -> bool:
