@@ -285,15 +285,15 @@ def _dot_string(text: str) -> str:
 _saved_names: dict[type, list[str]] = {}
 
 
-def _saved(node: Any) -> tuple[tuple[SavedTensor, ...], str | None]:
+def _saved(node: Any, freed: list[str] | None = None) -> tuple[tuple[SavedTensor, ...], str | None]:
     """The tensors ``node`` holds for backward, and the first attribute that held one.
 
     An attribute found holding something else (``alpha``, ``dim``, sizes) is
-    not read again for that class of node. One already freed is left out.
+    not read again for that class of node. One already freed is left out (and named in ``freed``).
     """
     out: list[SavedTensor] = []
     first = None
-    for attr, value in _saved_values(node):
+    for attr, value in _saved_values(node, freed):
         name = attr[len(_SAVED) :]
         if isinstance(value, torch.Tensor):
             out.append(SavedTensor(name, tuple(value.shape), value.nbytes))
@@ -304,8 +304,11 @@ def _saved(node: Any) -> tuple[tuple[SavedTensor, ...], str | None]:
     return tuple(out), first
 
 
-def _saved_values(node: Any) -> Iterator[tuple[str, torch.Tensor | list[torch.Tensor]]]:
-    """``(attribute, tensor or list of tensors)`` for what ``node`` saved and still holds."""
+def _saved_values(
+    node: Any, freed: list[str] | None = None
+) -> Iterator[tuple[str, torch.Tensor | list[torch.Tensor]]]:
+    """``(attribute, tensor or list of tensors)`` for what ``node`` saved and still holds; the
+    attributes PyTorch has freed already go to ``freed``."""
     cls = type(node)
     names = _saved_names.get(cls)
     if names is None:
@@ -314,6 +317,8 @@ def _saved_values(node: Any) -> Iterator[tuple[str, torch.Tensor | list[torch.Te
         try:
             value = getattr(node, attr)
         except RuntimeError:  # freed already (a graph walked after its backward)
+            if freed is not None:
+                freed.append(attr)
             continue
         if isinstance(value, torch.Tensor):
             yield attr, value
@@ -408,8 +413,11 @@ def _structure(root: Any) -> tuple[list[Any], list[tuple[int, int]], list[int]]:
     return live, edges, slots
 
 
-def _read(live: Sequence[Any], params: Mapping[int, str], shapes: Sequence[Any]) -> _Static:
-    """Names, kinds, shapes and saved tensors of the ``live`` nodes, read from each."""
+def _read(
+    live: Sequence[Any], params: Mapping[int, str], shapes: Sequence[Any], freed: list[str] | None = None
+) -> _Static:
+    """Names, kinds, shapes and saved tensors of the ``live`` nodes, read from each (those already
+    freed named in ``freed``)."""
     accumulate = _accumulate_grad()
     nodes: list[Node] = []
     probe: list[str | None] = []
@@ -426,7 +434,7 @@ def _read(live: Sequence[Any], params: Mapping[int, str], shapes: Sequence[Any])
             nodes.append(Node(i, name, kind, param, tuple(node.variable.shape)))
             probe.append(None)
             continue
-        saved, first = _saved(node)
+        saved, first = _saved(node, freed)
         nodes.append(Node(i, name, kind, None, shapes[i], saved))
         probe.append(first)
     return _Static(tuple(nodes), tuple(probe), frozenset(leaves), {})
@@ -463,8 +471,10 @@ def _walk(
         key = (tuple(map(type, live)), tuple(edges), tuple(slots), tuple(shapes))
         static = known.get(key)
     if static is None:
-        static = _read(live, params, shapes)
-        if known is not None:
+        freed: list[str] = []
+        static = _read(live, params, shapes, freed)
+        # A graph walked after a backward freed it lacks its saved tensors: not one to reuse.
+        if known is not None and not freed:
             if len(known) >= _REMEMBERED:
                 del known[next(iter(known))]
             known[key] = static

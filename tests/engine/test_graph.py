@@ -347,3 +347,26 @@ def test_the_cut_is_marked_where_the_discriminator_took_fake_in():
     # The two D(...) calls make two such nodes: the cut is on the one the second call made.
     addmms = [n.id for n in detach.nodes if n.name == "AddmmBackward0" and n.shape == (16, 4)]
     assert cut.node in addmms and len(addmms) == 2
+
+
+def test_a_capture_begun_after_the_graph_was_freed_reads_the_next_graph_afresh():
+    loss, params = _small_loss()
+    run = _fake_run(params)
+    loss.backward()  # before the capture: the graph is freed
+    capture = GraphCapture()
+    with pytest.raises(RuntimeError, match="second time"), capture.backward(run, SLOT, 0, loss):
+        loss.backward()
+    (failed,) = capture.graphs
+    assert failed.error is not None and failed.error.startswith("RuntimeError: Trying to backward")
+    # The next forward's graph is alike in every node and shape, and holds its saved tensors.
+    layer = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        layer.weight.copy_(params["weight"])
+        layer.bias.copy_(params["bias"])
+    x = torch.randn(5, 3, requires_grad=True)
+    again = torch.nn.functional.mse_loss(torch.tanh(layer(x)), torch.zeros(5, 2))
+    fresh = capture.forward(_fake_run({"weight": layer.weight, "bias": layer.bias}), SLOT, 1, again)
+    assert [n.name for n in fresh.nodes] == [n.name for n in failed.nodes]
+    saved = [s for n in fresh.nodes for s in n.saved]
+    assert saved and not any(s.freed for s in saved)
+    assert saved == [s for n in graph_of(again).nodes for s in n.saved]
