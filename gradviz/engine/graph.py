@@ -385,6 +385,8 @@ class _Walk:
     sink: list[list[_Ran] | None] = field(default_factory=lambda: [None])
     hooked: bool = False
     backwards: int = 0
+    # Part of the graph was freed before it was walked (it reaches into an earlier, freed graph).
+    stale: bool = False
 
 
 _Ran = tuple[int, Sequence[torch.Tensor | None], Sequence[torch.Tensor | None]]
@@ -467,11 +469,11 @@ def _walk(
         for n in live
     ]
     static = None
+    freed: list[str] = []
     if known is not None:
         key = (tuple(map(type, live)), tuple(edges), tuple(slots), tuple(shapes))
         static = known.get(key)
     if static is None:
-        freed: list[str] = []
         static = _read(live, params, shapes, freed)
         # A graph walked after a backward freed it lacks its saved tensors: not one to reuse.
         if known is not None and not freed:
@@ -479,7 +481,7 @@ def _walk(
                 del known[next(iter(known))]
             known[key] = static
     graph = Graph(static.nodes, tuple(edges), phase=phase, iteration=iteration, micro=micro)
-    return _Walk(graph, live, static, tuple(slots))
+    return _Walk(graph, live, static, tuple(slots), stale=bool(freed))
 
 
 def _cut_marks(walk: _Walk, cuts: Sequence[Cut], places: dict[str, tuple[int, str]]) -> tuple[CutMark, ...]:
@@ -633,7 +635,7 @@ class GraphCapture:
             walk.hooked = True
             for i, node in enumerate(walk.live):
                 node.register_hook(functools.partial(_ran, i, walk.sink))
-        gone = self._freed_now(walk) if walk.backwards else []
+        gone = list(enumerate(walk.live)) if walk.stale else self._freed_now(walk) if walk.backwards else []
         handles = [node.register_prehook(functools.partial(_start, i, started)) for i, node in gone]
         walk.sink[0] = ran
         error = None

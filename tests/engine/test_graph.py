@@ -370,3 +370,14 @@ def test_a_capture_begun_after_the_graph_was_freed_reads_the_next_graph_afresh()
     saved = [s for n in fresh.nodes for s in n.saved]
     assert saved and not any(s.freed for s in saved)
     assert saved == [s for n in graph_of(again).nodes for s in n.saved]
+
+
+def test_a_backward_reaching_into_an_earlier_freed_graph_names_the_node_it_raised_in():
+    # rnn-tbptt's run keep: the second chunk's graph goes on into the first chunk's, freed by its backward.
+    graph = capture_graph(load_builtin("rnn-tbptt"), "keep", 0, 2)
+    assert graph.error is not None and "backward through the graph a second time" in graph.error
+    assert graph.order and graph.failed is not None and graph.failed not in graph.order
+    # The node it raised in lies past what ran: its saved tensors were gone before this backward.
+    assert graph.nodes[graph.failed].saved == ()
+    ran_saved = [s for i in graph.order for s in graph.nodes[i].saved]
+    assert ran_saved and all(s.freed for s in ran_saved)
