@@ -2,7 +2,8 @@
 
 Three labs of one scenario step side by side, in turns of random order (machines
 here are shared and noisy; each figure is the median over rounds of the ratio
-within a round):
+within a round; times are the thread's CPU time, which leaves out the waits for a
+core that a shared machine adds to the wall clock, and everything runs on this thread):
 
 - ``peer``: each run's ``_perform`` as it was before the graph observer existed
   (no check at all), bound to the run;
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_engine import LINEAR, MLP
 
+from gradviz.engine.footprint import graph_nodes
 from gradviz.engine.graph import VIEW_VALUES, GraphCapture
 from gradviz.engine.lab import Lab, set_threads
 from gradviz.engine.loop import OpSlot
@@ -37,20 +39,29 @@ from gradviz.engine.scenario import Scenario, load_builtin, loads_scenario
 TARGET = 1.10
 
 
-def _perform_without_observer(self: Run, slot: OpSlot, iteration: int) -> None:
+def _perform_without_observer(self: Run, slot: OpSlot, iteration: int, measure: bool = False) -> None:
     """``Run._perform`` without the observer's two checks: the peer."""
     phase = self.phases[slot.phase]
     if slot.op == "zero_grad":
         self._zero_grad(phase)
     elif slot.op == "forward":
         batch = self._micro_batch(iteration, slot.micro)
-        loss = self.task.loss(phase, batch, iteration, self.loop)
+        if slot.micro == 0:
+            self.task.start_batch()
+        if self.measures and self._count_saved:
+            with self._saved.hooks(self.tensors):
+                loss = self.task.loss(phase, batch, iteration, self.loop)
+        else:
+            loss = self.task.loss(phase, batch, iteration, self.loop)
         self._live_loss[phase.name] = loss
         self.last_loss = float(loss.item())
     elif slot.op == "backward":
-        loss = self._live_loss.pop(phase.name)
+        last = slot.again == self.loop.backwards - 1
+        loss = self._live_loss.pop(phase.name) if last else self._live_loss[phase.name]
         self._fresh.clear()
-        loss.backward()
+        if measure:
+            self._walked = graph_nodes(loss)
+        loss.backward(retain_graph=self.loop.retain_graph)
     else:
         self._step(phase)
 
@@ -63,6 +74,9 @@ def measure(scenario: Scenario, iterations: int, rounds: int) -> dict[str, float
         run.graph_observer = GraphCapture(keep=1, values=VIEW_VALUES)
     for lab in labs.values():
         lab.run_iterations(5)  # optimizer state made, first calls out of the way
+    stopped = [f"{name}/{r.name}: {r.error}" for name, lab in labs.items() for r in lab.runs if r.error]
+    if stopped:  # a peer that fails would time nothing
+        raise SystemExit(f"{scenario.name}: a run stopped: {'; '.join(stopped)}")
     times: dict[str, list[float]] = {name: [] for name in labs}
     for _ in range(rounds):
         order = list(labs)
@@ -71,9 +85,9 @@ def measure(scenario: Scenario, iterations: int, rounds: int) -> dict[str, float
             lab = labs[name]
             if lab.iteration + iterations > scenario.iterations:
                 lab.seek(-1)  # back to the start: the history stays bounded
-            start = time.perf_counter()
+            start = time.thread_time()
             lab.run_iterations(iterations)
-            times[name].append(time.perf_counter() - start)
+            times[name].append(time.thread_time() - start)
     ops = iterations * sum(len(r.program.ops) for r in labs["peer"].runs)
     out = {f"{name}_us": statistics.median(t) / ops * 1e6 for name, t in times.items()}
     for name in ("off", "on"):

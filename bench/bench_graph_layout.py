@@ -33,7 +33,12 @@ def deep_mlp_graph(layers: int = 40) -> Graph:
     model = torch.nn.Sequential(*(m for _ in range(layers) for m in (torch.nn.Linear(4, 4), torch.nn.Tanh())))
     loss = model(torch.randn(8, 4)).pow(2).mean()
     params = dict(model.named_parameters())
-    run = SimpleNamespace(names=tuple(params), tensors=list(params.values()))
+    run = SimpleNamespace(
+        names=tuple(params),
+        tensors=list(params.values()),
+        loop=SimpleNamespace(backwards=1),
+        task=SimpleNamespace(cuts=()),
+    )
     capture = GraphCapture(values=VIEW_VALUES)
     slot = OpSlot("main", "backward", 0, 1, 1, 1)
     capture.forward(run, slot, 0, loss)  # type: ignore[arg-type]

@@ -565,6 +565,14 @@ def cmd_graph(args: argparse.Namespace) -> int:
     header |= {"iteration": args.iteration, "backward": args.backward}
     write_bytes(path, render(graph, suffix, **header))
     print(path)
+    if graph.error is not None:
+        saved = [s for n in graph.nodes for s in n.saved]
+        freed = ", with its saved tensors freed" if saved and all(s.freed for s in saved) else ""
+        print(
+            f"gradviz: that backward() raised PyTorch's error ({one_line(graph.error, 160).rstrip('.')}); "
+            f"the graph written is the one it was called on{freed}.",
+            file=sys.stderr,
+        )
     return 0
 
 

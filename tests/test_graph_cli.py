@@ -49,7 +49,8 @@ def test_graph_of_every_builtin_as_json_and_dot(capsys, tmp_path, name):
     dot = tmp_path / "g.dot"
     assert _run(capsys, "graph", name, "-o", str(dot))[0] == 0
     text = dot.read_text()
-    assert text.startswith("digraph") and text.count(" -> ") == len(data["edges"])
+    cuts = [c for c in data["cuts"] if c["node"] is not None]
+    assert text.startswith("digraph") and text.count(" -> ") == len(data["edges"]) + len(cuts)
     if HAVE_DOT:
         svg = tmp_path / "g.svg"
         assert _run(capsys, "graph", name, "-o", str(svg))[0] == 0
@@ -156,3 +157,42 @@ def test_a_run_that_stopped_before_the_backward(capsys, tmp_path):
     code, _, err = _run(capsys, "graph", str(bad), "--iteration", "4", "-o", str(tmp_path / "g.json"))
     assert code == 2, err
     assert "stopped before iteration 4" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_failing_second_backward_writes_the_freed_graph_and_pytorchs_error(capsys, tmp_path):
+    out = tmp_path / "g.json"
+    code, printed, err = _run(
+        capsys, "graph", "backward-twice", "--run", "no-retain", "--backward", "2", "-o", str(out)
+    )
+    assert code == 0, err
+    assert printed.strip() == str(out)
+    assert "Trying to backward through the graph a second time" in err and len(err.strip().splitlines()) == 1
+    assert "saved tensors freed" in err
+    data = json.loads(out.read_text())
+    assert data["error"].startswith("RuntimeError: Trying to backward through the graph a second time")
+    assert data["order"] == [] and data["failed"] == 0  # it raised in the loss's own node
+    saved = [s for n in data["nodes"] for s in n["saved"]]
+    assert saved and all(s["freed"] for s in saved)
+    dot = tmp_path / "g.dot"
+    assert (
+        _run(capsys, "graph", "backward-twice", "--run", "no-retain", "--backward", "2", "-o", str(dot))[0]
+        == 0
+    )
+    assert "backward() raised here" in dot.read_text()
+
+
+@pytest.mark.parametrize(("run", "how"), [("detach", "detach"), ("no-grad", "no_grad"), ("no-detach", None)])
+def test_the_gan_cut_in_json_and_dot(capsys, tmp_path, run, how):
+    out = tmp_path / "g.json"
+    assert _run(capsys, "graph", "gan-detach", "--run", run, "-o", str(out))[0] == 0
+    data = json.loads(out.read_text())
+    if how is None:
+        assert data["cuts"] == []
+        return
+    (cut,) = data["cuts"]
+    assert (cut["tensor"], cut["how"]) == ("fake", how)
+    assert data["nodes"][cut["node"]]["name"] == "AddmmBackward0"
+    dot = tmp_path / "g.dot"
+    assert _run(capsys, "graph", "gan-detach", "--run", run, "-o", str(dot))[0] == 0
+    text = dot.read_text()
+    assert ("fake.detach()" if how == "detach" else "made under torch.no_grad()") in text

@@ -5,18 +5,21 @@ the loss. Every node keeps its real class name (``MseLossBackward0``,
 ``AddmmBackward0``, ``AccumulateGrad``), its output shape from the node's own
 metadata, and the tensors it saved for backward (read from its ``_saved_*``
 attributes). ``AccumulateGrad`` leaves are named after the run's parameters.
+Where the loop cut a tensor off the graph that made it (``detach()``, or made
+under ``torch.no_grad()``), the node that saved that tensor marks the cut.
 
 During ``backward()``, :class:`GraphCapture` (an observer a :class:`~gradviz.engine.run.Run`
 calls only when one is set) puts autograd's own node hooks on every node of the
 walked graph: the order they fire in is PyTorch's execution order, and the
 gradients they see are the ones that flowed, not recomputed. Afterwards a saved
-tensor of a node that ran is read again: PyTorch refuses (``RuntimeError``) once
-the backward freed the graph, which it does for every node it ran at once.
-"""
+tensor of a node that ran is looked at again: PyTorch frees (and refuses to read)
+them once a backward without ``retain_graph`` ran the node. A second backward
+through a freed graph raises in PyTorch; its graph is kept with that error."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import shutil
 import subprocess
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from gradviz.engine.loop import OpSlot
     from gradviz.engine.run import Run
     from gradviz.engine.scenario import Scenario
+    from gradviz.engine.zoo import Cut
 
 Kind = Literal["loss", "operation", "parameter", "input"]
 FORMATS = (".json", ".dot", ".svg", ".png")
@@ -42,8 +46,7 @@ VIEW_VALUES = 16
 _SAVED = "_saved_"
 
 
-@dataclass(frozen=True)
-class Uncopied:
+class Uncopied(NamedTuple):
     """A gradient larger than a capture copies: only its shape is kept."""
 
     shape: tuple[int, ...]
@@ -106,6 +109,41 @@ class Node(NamedTuple):
         }
 
 
+class CutMark(NamedTuple):
+    """Where the loss's graph stops at a tensor its code cut off the graph that made it.
+
+    Attributes
+    ----------
+    tensor:
+        The tensor's name in the code shown (``fake``, ``hidden``).
+    how:
+        ``"detach"`` (``tensor.detach()``) or ``"no_grad"`` (made under ``torch.no_grad()``).
+    source:
+        The class of the ``grad_fn`` of the tensor it was detached from; ``None`` under
+        ``no_grad``, where that graph was never built.
+    node:
+        The node that took the cut tensor in (it saved that very tensor, or a view of it, for
+        backward), or ``None`` where no node saved it.
+    shape:
+        The cut tensor's shape.
+    """
+
+    tensor: str
+    how: Literal["detach", "no_grad"]
+    source: str | None
+    node: int | None
+    shape: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tensor": self.tensor,
+            "how": self.how,
+            "source": self.source,
+            "node": self.node,
+            "shape": list(self.shape),
+        }
+
+
 @dataclass(frozen=True)
 class Graph:
     """A loss's autograd graph, and, once captured around ``backward()``, what happened in it.
@@ -128,6 +166,14 @@ class Graph:
         Aligned with ``edges``: the gradient that went along each edge (``None`` where none did).
     phase, iteration, micro:
         Which forward made the graph, where a run's observer captured it.
+    error:
+        PyTorch's error, ``"RuntimeError: Trying to backward through the graph a second time
+        ..."``, where the backward raised (``order`` then holds the nodes that ran before).
+    failed:
+        The node the backward raised in, where known.
+    cuts:
+        Where the graph stops at tensors the forward cut off with ``detach()`` or made under
+        ``torch.no_grad()``.
     """
 
     nodes: tuple[Node, ...]
@@ -139,6 +185,9 @@ class Graph:
     phase: str | None = None
     iteration: int | None = None
     micro: int = 0
+    error: str | None = None
+    failed: int | None = None
+    cuts: tuple[CutMark, ...] = ()
 
     @property
     def params(self) -> dict[str, int]:
@@ -162,6 +211,9 @@ class Graph:
             "nodes": [n.to_dict() for n in self.nodes],
             "edges": [list(e) for e in self.edges],
             "order": list(self.order),
+            "error": self.error,
+            "failed": self.failed,
+            "cuts": [c.to_dict() for c in self.cuts],
         }
 
     def to_json(self, **header: Any) -> str:
@@ -176,7 +228,7 @@ class Graph:
             "digraph autograd {",
             f'  graph [label={_dot_string(title)}, labelloc=t, fontname="DejaVu Sans"];' if title else "",
             '  node [shape=box, style="rounded,filled", fontname="DejaVu Sans", fontsize=10];',
-            '  edge [color="#555555"];',
+            '  edge [color="#555555", fontname="DejaVu Sans", fontsize=10];',
         ]
         colours = {"loss": "#f4c7c3", "operation": "#e8eaed", "parameter": "#c6dafc", "input": "#fce8b2"}
         for n in self.nodes:
@@ -189,12 +241,37 @@ class Graph:
                 label.append(f"saved {len(n.saved)}: {total:,} B{freed}")
             if n.id in step:
                 label.append(f"ran #{step[n.id]}")
+            if n.id == self.failed:
+                label.append("backward() raised here")
             lines.append(
                 f'  n{n.id} [label={_dot_string(chr(10).join(label))}, fillcolor="{colours[n.kind]}"];'
             )
         lines += [f"  n{a} -> n{b};" for a, b in self.edges]
+        for k, cut in enumerate(self.cuts):
+            if cut.node is None:
+                continue
+            lines.append(
+                f'  cut{k} [label={_dot_string(chr(10).join(cut_lines(cut)))}, style="dashed,filled", '
+                'fillcolor="#d5e8f5"];'
+            )
+            lines.append(f"  n{cut.node} -> cut{k} [style=dashed, label={_dot_string(cut_call(cut))}];")
+        if self.error is not None:
+            lines.append(f"  error [shape=note, label={_dot_string(one_line(self.error, 160))}];")
         lines.append("}")
         return "\n".join(line for line in lines if line) + "\n"
+
+
+def cut_call(cut: CutMark) -> str:
+    """The call that made the cut, as the code shows it: ``detach()`` or ``torch.no_grad()``."""
+    return "detach()" if cut.how == "detach" else "torch.no_grad()"
+
+
+def cut_lines(cut: CutMark) -> list[str]:
+    """What a cut's box says: the tensor, and what lies beyond it."""
+    if cut.how == "detach":
+        beyond = f"made by {cut.source}: the graph stops here" if cut.source else "the graph stops here"
+        return [f"{cut.tensor}.detach()", beyond]
+    return [f"{cut.tensor}: made under torch.no_grad()", "its graph was never built"]
 
 
 def _dot_string(text: str) -> str:
@@ -208,38 +285,47 @@ def _dot_string(text: str) -> str:
 _saved_names: dict[type, list[str]] = {}
 
 
-def _saved(node: Any) -> tuple[tuple[SavedTensor, ...], str | None]:
+def _saved(node: Any, freed: list[str] | None = None) -> tuple[tuple[SavedTensor, ...], str | None]:
     """The tensors ``node`` holds for backward, and the first attribute that held one.
 
     An attribute found holding something else (``alpha``, ``dim``, sizes) is
-    not read again for that class of node.
+    not read again for that class of node. One already freed is left out (and named in ``freed``).
     """
+    out: list[SavedTensor] = []
+    first = None
+    for attr, value in _saved_values(node, freed):
+        name = attr[len(_SAVED) :]
+        if isinstance(value, torch.Tensor):
+            out.append(SavedTensor(name, tuple(value.shape), value.nbytes))
+        else:
+            out += [SavedTensor(f"{name}[{k}]", tuple(v.shape), v.nbytes) for k, v in enumerate(value)]
+        if first is None and out:
+            first = attr
+    return tuple(out), first
+
+
+def _saved_values(
+    node: Any, freed: list[str] | None = None
+) -> Iterator[tuple[str, torch.Tensor | list[torch.Tensor]]]:
+    """``(attribute, tensor or list of tensors)`` for what ``node`` saved and still holds; the
+    attributes PyTorch has freed already go to ``freed``."""
     cls = type(node)
     names = _saved_names.get(cls)
     if names is None:
         names = _saved_names[cls] = [a for a in dir(node) if a.startswith(_SAVED)]
-    out: list[SavedTensor] = []
-    first = None
     for attr in tuple(names):
         try:
             value = getattr(node, attr)
         except RuntimeError:  # freed already (a graph walked after its backward)
+            if freed is not None:
+                freed.append(attr)
             continue
         if isinstance(value, torch.Tensor):
-            out.append(SavedTensor(attr[len(_SAVED) :], tuple(value.shape), value.nbytes))
-        elif value is None:
-            continue
+            yield attr, value
         elif isinstance(value, list | tuple) and (not value or isinstance(value[0], torch.Tensor)):
-            name = attr[len(_SAVED) :]
-            for k, v in enumerate(value):
-                if isinstance(v, torch.Tensor):
-                    out.append(SavedTensor(f"{name}[{k}]", tuple(v.shape), v.nbytes))
-        else:
+            yield attr, [v for v in value if isinstance(v, torch.Tensor)]
+        elif value is not None:
             names.remove(attr)
-            continue
-        if first is None and out:
-            first = attr
-    return tuple(out), first
 
 
 def _shape(node: Any) -> tuple[int, ...] | None:
@@ -250,30 +336,66 @@ def _shape(node: Any) -> tuple[int, ...] | None:
     return tuple(meta[0].shape) if meta else None
 
 
+@functools.cache
+def _accumulate_grad() -> Any:
+    """The class of the nodes that add into a leaf's ``.grad``."""
+    leaf = torch.zeros(1, requires_grad=True)
+    return type(leaf.expand(1).grad_fn.next_functions[0][0])  # type: ignore[union-attr]
+
+
+class _Static(NamedTuple):
+    """What a walk reads of a graph's nodes beyond its structure (see :class:`_Walk`)."""
+
+    nodes: tuple[Node, ...]
+    # For each node: the first attribute holding a tensor it saved (read again to learn if it was freed).
+    probe: tuple[str | None, ...]
+    # The ids of the parameters' AccumulateGrad nodes (what they add is always copied).
+    leaves: frozenset[int]
+    # By the nodes a backward freed: ``nodes`` with those nodes' saved tensors marked freed.
+    freed: dict[tuple[int, ...], tuple[Node, ...]]
+
+    def nodes_freed(self, ids: Sequence[int]) -> tuple[Node, ...]:
+        """``nodes`` with the saved tensors of the nodes ``ids`` marked freed."""
+        key = tuple(i for i in ids if self.nodes[i].saved)
+        if not key:
+            return self.nodes
+        nodes = self.freed.get(key)
+        if nodes is None:
+            out = list(self.nodes)
+            for i in key:
+                n = out[i]
+                out[i] = n._replace(saved=tuple(s._replace(freed=True) for s in n.saved))
+            nodes = self.freed[key] = tuple(out)
+        return nodes
+
+
 @dataclass
 class _Walk:
-    """A walked graph with the live node objects it came from (kept only until the backward is done)."""
+    """A walked graph with the live node objects it came from, held until the next forward.
+
+    Its hooks, put on the nodes at its first captured backward, stay with the nodes
+    (they go with the graph); they report to ``sink[0]`` while a backward is captured.
+    """
 
     graph: Graph
     live: list[Any]
-    # For each node: the first attribute holding a tensor it saved (read again to learn if it was freed).
-    probe: list[str | None]
+    static: _Static
     # For each edge: the index of its node's next_functions entry (the slot of grad_inputs it gets).
-    slots: list[int]
-    # The ids of the parameters' AccumulateGrad nodes (what they add is always copied).
-    leaves: frozenset[int] = frozenset()
+    slots: tuple[int, ...]
+    sink: list[list[_Ran] | None] = field(default_factory=lambda: [None])
+    hooked: bool = False
+    backwards: int = 0
+    # Part of the graph was freed before it was walked (it reaches into an earlier, freed graph).
+    stale: bool = False
 
 
-def _walk(
-    loss: torch.Tensor,
-    params: Mapping[int, str],
-    phase: str | None = None,
-    iteration: int | None = None,
-    micro: int = 0,
-) -> _Walk:
-    root = loss.grad_fn
-    if root is None:
-        return _Walk(Graph((), (), root=None, phase=phase, iteration=iteration, micro=micro), [], [], [])
+_Ran = tuple[int, Sequence[torch.Tensor | None], Sequence[torch.Tensor | None]]
+# Graphs of new structures a capture remembers what it read of (a loop makes one or two per phase).
+_REMEMBERED = 16
+
+
+def _structure(root: Any) -> tuple[list[Any], list[tuple[int, int]], list[int]]:
+    """Breadth first from ``root`` over ``next_functions``: the nodes, the edges, each edge's slot."""
     ids: dict[Any, int] = {root: 0}
     live: list[Any] = [root]
     edges: list[tuple[int, int]] = []
@@ -290,27 +412,126 @@ def _walk(
             edges.append((i, j))
             slots.append(slot)
         i += 1
+    return live, edges, slots
+
+
+def _read(
+    live: Sequence[Any], params: Mapping[int, str], shapes: Sequence[Any], freed: list[str] | None = None
+) -> _Static:
+    """Names, kinds, shapes and saved tensors of the ``live`` nodes, read from each (those already
+    freed named in ``freed``)."""
+    accumulate = _accumulate_grad()
     nodes: list[Node] = []
     probe: list[str | None] = []
     leaves = []
     for i, node in enumerate(live):
         name = type(node).__name__
         kind: Kind = "loss" if i == 0 else "operation"
-        if name == "AccumulateGrad":
-            variable = node.variable
-            param = params.get(id(variable))
+        if type(node) is accumulate:
+            param = params.get(id(node.variable))
             if i:
                 kind = "parameter" if param is not None else "input"
             if param is not None:
                 leaves.append(i)
-            nodes.append(Node(i, name, kind, param, tuple(variable.shape)))
+            nodes.append(Node(i, name, kind, param, tuple(node.variable.shape)))
             probe.append(None)
             continue
-        saved, first = _saved(node)
-        nodes.append(Node(i, name, kind, None, _shape(node), saved))
+        saved, first = _saved(node, freed)
+        nodes.append(Node(i, name, kind, None, shapes[i], saved))
         probe.append(first)
-    graph = Graph(tuple(nodes), tuple(edges), phase=phase, iteration=iteration, micro=micro)
-    return _Walk(graph, live, probe, slots, frozenset(leaves))
+    return _Static(tuple(nodes), tuple(probe), frozenset(leaves), {})
+
+
+def _walk(
+    loss: torch.Tensor,
+    params: Mapping[int, str],
+    phase: str | None = None,
+    iteration: int | None = None,
+    micro: int = 0,
+    known: dict[Any, _Static] | None = None,
+) -> _Walk:
+    """Walk ``loss``'s graph; with ``known``, reuse what was read of a graph of the same signature.
+
+    The signature is every node's class, every edge and slot, each parameter leaf's name and every
+    other node's output shape: two graphs alike in all of those (a loop's forward, iteration after
+    iteration) are made by the same operations on tensors of the same shapes, and so hold saved
+    tensors of the same shapes. What the walk reads of a graph of a new signature is kept in ``known``.
+    """
+    root = loss.grad_fn
+    if root is None:
+        empty = _Static((), (), frozenset(), {})
+        return _Walk(Graph((), (), root=None, phase=phase, iteration=iteration, micro=micro), [], empty, ())
+    live, edges, slots = _structure(root)
+    accumulate = _accumulate_grad()
+    # A parameter's leaf by its name (its shape is the parameter's), any other node by its output shape.
+    shapes = [
+        (params.get(id(n.variable)) or tuple(n.variable.shape)) if type(n) is accumulate else _shape(n)
+        for n in live
+    ]
+    static = None
+    freed: list[str] = []
+    if known is not None:
+        key = (tuple(map(type, live)), tuple(edges), tuple(slots), tuple(shapes))
+        static = known.get(key)
+    if static is None:
+        static = _read(live, params, shapes, freed)
+        # A graph walked after a backward freed it lacks its saved tensors: not one to reuse.
+        if known is not None and not freed:
+            if len(known) >= _REMEMBERED:
+                del known[next(iter(known))]
+            known[key] = static
+    graph = Graph(static.nodes, tuple(edges), phase=phase, iteration=iteration, micro=micro)
+    return _Walk(graph, live, static, tuple(slots), stale=bool(freed))
+
+
+def _cut_marks(walk: _Walk, cuts: Sequence[Cut], places: dict[str, tuple[int, str]]) -> tuple[CutMark, ...]:
+    """Where ``walk``'s graph took in each tensor of ``cuts``: the node that saved that very tensor.
+
+    ``places`` remembers where each was found, which is tried first next time.
+    """
+    marks = []
+    for cut in cuts:
+        found = places.get(cut.name)
+        if found is not None and not _holds(walk.live, found, cut.tensor):
+            found = None
+        if found is None:
+            found = _cut_place(walk.live, cut.tensor)
+            if found is not None:
+                places[cut.name] = found
+        node = None if found is None else found[0]
+        marks.append(CutMark(cut.name, cut.how, cut.source, node, tuple(cut.tensor.shape)))
+    return tuple(marks)
+
+
+def _cut_place(live: Sequence[Any], tensor: torch.Tensor) -> tuple[int, str] | None:
+    """The first node, and its attribute, that saved ``tensor`` (or a view of it) among the nodes
+    taking in a tensor that requires no grad (a ``None`` among their ``next_functions``)."""
+    for i, node in enumerate(live):
+        if all(nxt is not None for nxt, _ in node.next_functions):
+            continue
+        for attr, value in _saved_values(node):
+            if any(_same(v, tensor) for v in (value if isinstance(value, list) else (value,))):
+                return i, attr
+    return None
+
+
+def _same(saved: torch.Tensor, tensor: torch.Tensor) -> bool:
+    """Whether ``saved`` is ``tensor`` or a view of it (``nn.RNN`` saves ``hidden[0]``): the same memory."""
+    if saved is tensor:
+        return True
+    return tensor.numel() > 0 and saved.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr()
+
+
+def _holds(live: Sequence[Any], place: tuple[int, str], tensor: torch.Tensor) -> bool:
+    i, attr = place
+    if i >= len(live):
+        return False
+    try:
+        value = getattr(live[i], attr, None)
+    except RuntimeError:
+        return False
+    values = value if isinstance(value, list | tuple) else (value,)
+    return any(isinstance(v, torch.Tensor) and _same(v, tensor) for v in values)
 
 
 def graph_of(loss: torch.Tensor, params: Mapping[int, str] | None = None) -> Graph:
@@ -354,7 +575,8 @@ class GraphCapture:
     ----------
     graphs:
         One :class:`Graph` per ``backward()`` observed, in order, with its execution
-        order, the gradients that flowed and freed saved tensors marked.
+        order, the gradients that flowed and freed saved tensors marked, and, for a
+        backward that raised, PyTorch's error.
     """
 
     def __init__(self, keep: int | None = None, values: int | None = None) -> None:
@@ -362,12 +584,14 @@ class GraphCapture:
         self.graphs: list[Graph] = []
         self._walks: dict[str, _Walk] = {}
         self._params: tuple[Run, dict[int, str]] | None = None
+        self._known: dict[Any, _Static] = {}
+        self._cut_places: dict[str, tuple[int, str]] = {}
         self.values = values
 
     @property
     def pending(self) -> dict[str, Graph]:
         """By phase: the graph of the latest forward that no backward has walked yet."""
-        return {phase: w.graph for phase, w in self._walks.items()}
+        return {phase: w.graph for phase, w in self._walks.items() if not w.backwards}
 
     def _names(self, run: Run) -> dict[int, str]:
         if self._params is None or self._params[0] is not run:
@@ -375,7 +599,12 @@ class GraphCapture:
         return self._params[1]
 
     def _walked(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> _Walk:
-        return _walk(loss, self._names(run), slot.phase, iteration, slot.micro)
+        walk = _walk(loss, self._names(run), slot.phase, iteration, slot.micro, self._known)
+        cuts = getattr(run.task, "cuts", ())
+        if cuts and walk.live:
+            marks = _cut_marks(walk, cuts, self._cut_places)
+            walk.graph = dataclasses.replace(walk.graph, cuts=marks)
+        return walk
 
     def forward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> Graph:
         """Walk the graph ``loss`` has just been given; returns it (nothing has run in it yet)."""
@@ -384,7 +613,7 @@ class GraphCapture:
 
     @contextlib.contextmanager
     def backward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> Iterator[None]:
-        """Hook every node of the walked graph while the ``with`` body runs ``loss.backward()``.
+        """Capture what the ``with`` body's ``loss.backward()`` does in the walked graph.
 
         One post hook per node: it fires right after the node ran, so the hooks'
         order is the execution order, and it sees both the gradients the node
@@ -392,60 +621,88 @@ class GraphCapture:
         those tensors; they are copied once the backward is done. Holding them
         is what keeps them unchanged meanwhile: autograd adds into a gradient
         in place, or hands it over as ``.grad``, only when nothing else refers to it.
+
+        A second backward through a graph the first one freed raises in PyTorch:
+        pre hooks then tell the node it raised in, and the graph is kept with
+        PyTorch's error and its saved tensors freed (each read back raises).
         """
-        walk = self._walks.pop(slot.phase, None)
+        walk = self._walks.get(slot.phase)
         if walk is None or not walk.live or walk.live[0] is not loss.grad_fn:
-            walk = self._walked(run, slot, iteration, loss)
-        ran: list[tuple[int, Sequence[torch.Tensor | None], Sequence[torch.Tensor | None]]] = []
-        handles = [node.register_hook(functools.partial(_ran, i, ran)) for i, node in enumerate(walk.live)]
+            walk = self._walks[slot.phase] = self._walked(run, slot, iteration, loss)
+        ran: list[_Ran] = []
+        started: list[int] = []
+        if not walk.hooked:
+            walk.hooked = True
+            for i, node in enumerate(walk.live):
+                node.register_hook(functools.partial(_ran, i, walk.sink))
+        gone = list(enumerate(walk.live)) if walk.stale else self._freed_now(walk) if walk.backwards else []
+        handles = [node.register_prehook(functools.partial(_start, i, started)) for i, node in gone]
+        walk.sink[0] = ran
+        error = None
         try:
             yield
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            raise
         finally:
+            walk.sink[0] = None
             for h in handles:
                 h.remove()
-        self._finish(walk, ran)
+            walk.backwards += 1
+            failed = next((i for i in started if i not in {r[0] for r in ran}), None) if error else None
+            self._finish(walk, ran, error, failed)
+            if slot.again == run.loop.backwards - 1:
+                # The run lets go of the loss now; so does the capture, lest it keep a retained graph.
+                del self._walks[slot.phase]
 
-    def _finish(
-        self, walk: _Walk, ran: list[tuple[int, Sequence[torch.Tensor | None], Sequence[torch.Tensor | None]]]
-    ) -> None:
+    @staticmethod
+    def _freed_now(walk: _Walk) -> list[tuple[int, Any]]:
+        """The nodes of an earlier backward's graph, where that backward freed it (else none)."""
+        probe = next(((i, a) for i, a in enumerate(walk.static.probe) if a is not None), None)
+        if probe is None or not _freed(walk.live[probe[0]], probe[1]):
+            return []
+        return list(enumerate(walk.live))
+
+    def _finish(self, walk: _Walk, ran: list[_Ran], error: str | None, failed: int | None) -> None:
         g = walk.graph
-        nodes = list(g.nodes)
-        # A backward without retain_graph frees the saved tensors of every node it runs: reading one
-        # of them back (PyTorch raises once it is freed) tells for all of them.
-        probe = next(((i, walk.probe[i]) for i, _, _ in ran if walk.probe[i] is not None), None)
-        if probe is not None and _freed(walk.live[probe[0]], probe[1]):  # type: ignore[arg-type]
-            for i, _, _ in ran:
-                n = nodes[i]
-                if n.saved:
-                    freed = tuple(SavedTensor(s.name, s.shape, s.bytes, True) for s in n.saved)
-                    nodes[i] = Node(n.id, n.name, n.kind, n.param, n.shape, freed)
+        static = walk.static
+        probes = static.probe
+        if error is None:
+            # A backward without retain_graph frees the saved tensors of every node it runs: reading
+            # one of them back (PyTorch raises once it is freed) tells for all of them.
+            probe = next(((i, a) for i, _, _ in ran if (a := probes[i]) is not None), None)
+            gone = probe is not None and _freed(walk.live[probe[0]], probe[1])
+            freed = [i for i, _, _ in ran] if gone else []
+        else:  # each node read back: an earlier backward freed what it ran, this one what it reached
+            freed = [i for i, attr in enumerate(probes) if attr is not None and _freed(walk.live[i], attr)]
         # Copied: what went along each edge, and what each parameter leaf received (the ledger's
         # figure); what an inner node received is the sum of its edges' and is not kept again.
         copied = _Copies(self.values)
-        leaves = walk.leaves
+        leaves = static.leaves
         received = {i: copied.take(outputs, True) for i, outputs, _ in ran if i in leaves}
         out = {i: inputs for i, _, inputs in ran}
         sent = copied.take(
             [
-                out[a][slot] if a in out and slot < len(out[a]) else None
+                grads[slot] if (grads := out.get(a)) is not None and slot < len(grads) else None
                 for (a, _), slot in zip(g.edges, walk.slots, strict=True)
             ],
             False,
         )
         copied.fill()
-        order = tuple(i for i, _, _ in ran)
         graph = Graph(
-            tuple(nodes),
+            static.nodes_freed(freed),
             g.edges,
-            order,
+            tuple(i for i, _, _ in ran),
             g.root,
             {i: tuple(got) for i, got in received.items()},
             tuple(sent),
             g.phase,
             g.iteration,
             g.micro,
+            error,
+            failed,
+            g.cuts,
         )
-        walk.live.clear()  # the nodes (and what they still hold) go with the graph's last reference
         self.graphs.append(graph)
         if self.keep is not None and len(self.graphs) > self.keep:
             del self.graphs[: len(self.graphs) - self.keep]
@@ -453,11 +710,17 @@ class GraphCapture:
 
 def _ran(
     i: int,
-    ran: list[tuple[int, Sequence[torch.Tensor | None], Sequence[torch.Tensor | None]]],
+    sink: list[list[_Ran] | None],
     grad_inputs: Sequence[torch.Tensor | None],
     grad_outputs: Sequence[torch.Tensor | None],
 ) -> None:
-    ran.append((i, grad_outputs, grad_inputs))
+    ran = sink[0]
+    if ran is not None:
+        ran.append((i, grad_outputs, grad_inputs))
+
+
+def _start(i: int, started: list[int], grad_outputs: Sequence[torch.Tensor | None]) -> None:
+    started.append(i)
 
 
 class _Copies:
@@ -474,19 +737,31 @@ class _Copies:
 
     def take(self, grads: Sequence[torch.Tensor | None], full: bool) -> list[Grad]:
         """A list that :meth:`fill` completes with the copies of ``grads``."""
-        out: list[Grad] = []
-        for t in grads:
-            if t is not None and (full or self.limit is None or t.numel() <= self.limit):
-                self.tensors[id(t)] = t
-                self.places.append((out, len(out), id(t)))
-                out.append(None)
+        out: list[Grad] = [None] * len(grads)
+        limit = None if full else self.limit
+        tensors, places = self.tensors, self.places
+        for k, t in enumerate(grads):
+            if t is None:
+                continue
+            if limit is None or t.numel() <= limit:
+                tensors[id(t)] = t
+                places.append((out, k, id(t)))
             else:
-                out.append(None if t is None else Uncopied(tuple(t.shape)))
+                out[k] = Uncopied(tuple(t.shape))
         return out
 
     def fill(self) -> None:
         if not self.tensors:
             return
+        try:
+            # Small CPU tensors copy fastest one by one: no dispatch of a reshape and cat for each.
+            arrays = {key: t.numpy().copy() for key, t in self.tensors.items()}
+        except (RuntimeError, TypeError):  # on a GPU, or a dtype numpy lacks
+            arrays = self._flat()
+        for out, k, key in self.places:
+            out[k] = arrays[key]
+
+    def _flat(self) -> dict[int, np.ndarray]:
         tensors = list(self.tensors.values())
         try:
             flat = torch._C._nn.flatten_dense_tensors(tensors).to("cpu").numpy()
@@ -498,12 +773,26 @@ class _Copies:
             n = t.numel()
             arrays[id(t)] = flat[at : at + n].reshape(t.shape)
             at += n
-        for out, k, key in self.places:
-            out[k] = arrays[key]
+        return arrays
 
 
 def _freed(node: Any, attr: str) -> bool:
-    """Whether PyTorch has freed a saved tensor: reading it raises once it has."""
+    """Whether PyTorch has freed the tensor ``node`` saved as ``attr``.
+
+    PyTorch's own handle of it (``_raw_saved_<name>``) then holds neither the tensor nor an unpack
+    hook, and reading the tensor raises; the handle is read first, as the raise is slow (a C++
+    exception with its stack), and the raise decides where the handle cannot tell.
+    """
+    try:
+        raw = getattr(node, "_raw" + attr)
+        if isinstance(raw, list | tuple):
+            raw = raw[0] if raw else None
+        if raw is not None and raw.data is None and raw.unpack_hook is None:
+            return True
+        if raw is not None and raw.data is not None:
+            return False
+    except (AttributeError, RuntimeError):
+        pass
     try:
         getattr(node, attr)
     except RuntimeError:

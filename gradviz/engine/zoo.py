@@ -13,7 +13,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -46,11 +46,27 @@ def _generator(seed: int, *salt: int) -> torch.Generator:
     return g
 
 
+class Cut(NamedTuple):
+    """A tensor the loss's code cut off the graph that made it: ``detach()`` or ``torch.no_grad()``.
+
+    ``tensor`` is what went on into the loss (the real object, for finding where the loss's
+    graph took it in); ``source`` the class of the ``grad_fn`` it was detached from, ``None``
+    where no graph was built.
+    """
+
+    name: str
+    how: Literal["detach", "no_grad"]
+    tensor: torch.Tensor
+    source: str | None
+
+
 class Task:
     """Base class: modules, parameters, batches and source lines of one model kind."""
 
     batch_vars: tuple[str, ...] = ("x", "y")
     uses_iteration = False
+    # The cuts the latest loss made, as its code made them.
+    cuts: tuple[Cut, ...] = ()
 
     def __init__(self, model: ModelSpec, data: DataSpec, seed: int, device: torch.device) -> None:
         self.spec = model
@@ -533,15 +549,19 @@ class GAN(Task):
         D, G = self.modules["D"], self.modules["G"]
         bce = nn.functional.binary_cross_entropy_with_logits
         ones = torch.ones_like(real)
+        self.cuts = ()
         if phase.name == "generator":
             return bce(D(G(z)), ones)
         if loop.fake == "no_grad":
             with torch.no_grad():
                 fake = G(z)
+            self.cuts = (Cut("fake", "no_grad", fake, None),)
         else:
             fake = G(z)
             if loop.fake == "detach":
+                made = fake
                 fake = fake.detach()
+                self.cuts = (Cut("fake", "detach", fake, _grad_fn_name(made)),)
         return bce(D(real), ones) + bce(D(fake), torch.zeros_like(real))
 
 
@@ -634,12 +654,20 @@ class RNN(Task):
         hidden = self.hidden
         if hidden is None or self.unrolled:
             hidden = torch.zeros(1, self.spec.hidden, device=x.device)
+        self.cuts = ()
         if loop.hidden == "detach":
+            made = hidden
             hidden = hidden.detach()
+            # The first chunk's zeros were made by no graph: nothing is cut there.
+            self.cuts = (Cut("hidden", "detach", hidden, _grad_fn_name(made)),) if made.grad_fn else ()
         out, last = self._recur(x, hidden)
         if not self.unrolled:
             self.hidden = last
         return _scale(nn.functional.mse_loss(self.modules["head"](out), y), loop)
+
+
+def _grad_fn_name(t: torch.Tensor) -> str | None:
+    return None if t.grad_fn is None else type(t.grad_fn).__name__
 
 
 TASKS: dict[str, type[Task]] = {

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +36,9 @@ from gradviz.gui.theme import theme_named
 
 if TYPE_CHECKING:
     from gradviz.engine.scenario import Scenario
+
+# A backward in an export with the graph view: at most this many frames, the last the whole traversal.
+BACKWARD_FRAMES = 8
 
 __all__ = ["ExportFrame", "ExportJob", "ExportRange", "FrameRenderer", "FrameStyle", "export_animation"]
 
@@ -141,6 +144,7 @@ class ExportJob:
             yield from renderer.open()
             shots = yield from self._plan()
             yield from renderer.prepare(sorted({s.tick for s in shots}))
+            shots = self._within_backwards(shots)
             if not self.preview_only:
                 self.writer = self._open_writer()
             self.phase = "render"
@@ -200,6 +204,23 @@ class ExportJob:
         self.shots = shots
         return shots
 
+    def _within_backwards(self, shots: list[Shot]) -> list[Shot]:
+        """Frames within each backward the graph view shows, in PyTorch's order: one per node ran,
+        at most ``BACKWARD_FRAMES``, before the frame of the whole traversal (not in a lesson)."""
+        graph = self.renderer.frame.shown_views().get("graph")
+        if graph is None or self.range.lesson:
+            return shots
+        moment = self.renderer.moment()
+        out = []
+        for shot in shots:
+            ran = graph.backward_length(replace(moment, tick=shot.tick))  # type: ignore[attr-defined]
+            parts = min(ran, BACKWARD_FRAMES)
+            out += [replace(shot, hold=1, part=(k, parts)) for k in range(1, parts)]
+            out.append(shot)
+        self.total = sum(s.hold for s in out)
+        self.shots = out
+        return out
+
     def _open_writer(self) -> FrameWriter:
         from gradviz.export import open_writer
 
@@ -218,7 +239,10 @@ class ExportJob:
         renderer = self.renderer
         end = renderer.last_tick
         shown: int | None = None
+        graph = renderer.frame.shown_views().get("graph")
         for shot in shots:
+            if graph is not None:
+                graph.show_part(shot.part)  # type: ignore[attr-defined]
             tick = shot.tick
             if tick > end:
                 # Every run diverged or failed before this frame: end on the moment it happened.

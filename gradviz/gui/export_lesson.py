@@ -39,12 +39,16 @@ class Shot:
         Rich text over the views (a question or a reveal); empty for none.
     caption:
         The sentence over the frame; None for the narration of the op.
+    part:
+        ``(k, n)``: a frame within the backward at ``tick``, with the first ``k``/``n`` of its
+        nodes run; None for the moment after the op.
     """
 
     tick: int
     hold: int = 1
     card: str = ""
     caption: str | None = None
+    part: tuple[int, int] | None = None
 
 
 def _frames(seconds: float, fps: float) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from gradviz.engine import Lab, load_builtin
-from gradviz.engine.graph import GraphCapture, Uncopied, capture_graph, graph_of
+from gradviz.engine.graph import GraphCapture, Uncopied, capture_graph, graph_of, run_params
 from gradviz.engine.loop import OpSlot
 from gradviz.engine.run import Run
 from gradviz.engine.zoo import build_task
@@ -38,9 +39,12 @@ class Checked(GraphCapture):
     def __init__(self) -> None:
         super().__init__()
         self.walks: list[tuple[list[str], list[tuple[int, int]], dict[int, str]]] = []
+        self.fresh: list[tuple[Any, Any]] = []
 
     def forward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> None:
-        super().forward(run, slot, iteration, loss)
+        got = super().forward(run, slot, iteration, loss)
+        # What the capture remembered of an earlier graph like this one, against this one read afresh.
+        self.fresh.append((got.nodes, graph_of(loss, run_params(run)).nodes))
         nodes, names, edges = independent_walk(loss)
         params = {id(t): n for n, t in zip(run.names, run.tensors, strict=True)}
         leaves = {
@@ -62,8 +66,10 @@ CASES = [
 def test_nodes_and_edges_are_the_walk_of_grad_fn(scenario, run):
     lab = Lab(load_builtin(scenario), record="bare")
     capture = lab.run(run).graph_observer = Checked()
-    lab.run_iterations(2)
+    lab.run_iterations(3)
     assert len(capture.graphs) == len(capture.walks) > 0
+    for remembered, read in capture.fresh:
+        assert remembered == read
     for graph, (names, edges, leaves) in zip(capture.graphs, capture.walks, strict=True):
         assert [n.name for n in graph.nodes] == names
         assert [n.id for n in graph.nodes] == list(range(len(names)))
@@ -160,8 +166,14 @@ def test_no_grad_builds_no_graph_for_fake():
     assert not {id(n.variable) for n in independent_walk(loss)[0] if hasattr(n, "variable")} & ids
 
 
-def _fake_run(tensors: dict[str, torch.Tensor]) -> Any:
-    return SimpleNamespace(names=tuple(tensors), tensors=list(tensors.values()))
+def _fake_run(tensors: dict[str, torch.Tensor], backwards: int = 1) -> Any:
+    """What a capture reads of a run: its parameters, its loop's backward calls, its task's cuts."""
+    return SimpleNamespace(
+        names=tuple(tensors),
+        tensors=list(tensors.values()),
+        loop=SimpleNamespace(backwards=backwards),
+        task=SimpleNamespace(cuts=()),
+    )
 
 
 SLOT = OpSlot("main", "backward", 0, 1, 1, 1)
@@ -175,9 +187,13 @@ def _small_loss() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     return loss, {"weight": layer.weight, "bias": layer.bias}
 
 
-def test_saved_tensors_are_marked_freed_after_backward_and_kept_with_retain_graph():
+@pytest.mark.parametrize("packed", [False, True])
+def test_saved_tensors_are_marked_freed_after_backward_and_kept_with_retain_graph(packed):
+    # ``packed``: the forward under saved-tensor hooks, as where the lab counts the bytes saved.
+    hooks = torch.autograd.graph.saved_tensors_hooks(lambda t: t * 1, lambda t: t)
     for retain in (False, True):
-        loss, params = _small_loss()
+        with hooks if packed else contextlib.nullcontext():
+            loss, params = _small_loss()
         run = _fake_run(params)
         capture = GraphCapture()
         capture.forward(run, SLOT, 0, loss)
@@ -191,6 +207,15 @@ def test_saved_tensors_are_marked_freed_after_backward_and_kept_with_retain_grap
             loss.backward(retain_graph=retain)
         (after,) = capture.graphs
         assert all(s.freed != retain for n in after.nodes for s in n.saved)
+        # Each mark is what reading that tensor back does: PyTorch raises once it is freed.
+        for node, shown in zip(independent_walk(loss)[0], after.nodes, strict=True):
+            for s in shown.saved:
+                try:
+                    getattr(node, "_saved_" + s.name.split("[")[0])
+                    raised = False
+                except RuntimeError:
+                    raised = True
+                assert s.freed == raised, (shown.name, s.name, packed, retain)
         # The real thing: reading a saved tensor after such a backward raises.
         node = loss.grad_fn.next_functions[0][0]
         if retain:
@@ -265,8 +290,94 @@ def test_dot_and_json_of_a_graph():
     graph = _discriminator_graph("detach")
     dot = graph.to_dot('a "title"')
     assert dot.startswith("digraph") and dot.rstrip().endswith("}")
-    assert dot.count(" -> ") == len(graph.edges)
+    assert dot.count(" -> ") == len(graph.edges) + len(graph.cuts) == len(graph.edges) + 1
+    assert 'label="detach()"' in dot
     data = json.loads(graph.to_json(scenario="gan-detach"))
     assert data["scenario"] == "gan-detach"
     assert [n["id"] for n in data["nodes"]] == list(range(len(graph.nodes)))
     assert sorted(data["order"]) == list(range(len(graph.nodes)))
+
+
+def test_a_second_backward_through_a_freed_graph_keeps_the_graph_and_pytorchs_error():
+    # The plain loop: the same model and batch, backward() twice, pre hooks telling where it raised.
+    sc = load_builtin("backward-twice")
+    task = build_task(sc, torch.device("cpu"))
+    spec = next(r for r in sc.runs if r.name == "no-retain")
+    loss = task.loss(task.phases()[0], task.batch(0), 0, spec.loop)
+    nodes, names, _ = independent_walk(loss)
+    loss.backward()
+    started: list[int] = []
+    for i, n in enumerate(nodes):
+        n.register_prehook(lambda grads, i=i: started.append(i))
+    with pytest.raises(RuntimeError) as raised:
+        loss.backward()
+    expected = f"RuntimeError: {raised.value}"
+
+    first, second = (capture_graph(sc, "no-retain", 0, k) for k in (1, 2))
+    assert first.error is None and second.error == expected
+    assert "backward through the graph a second time" in second.error
+    assert [n.name for n in second.nodes] == names and second.edges == first.edges
+    assert second.failed == started[-1] and second.order == tuple(started[:-1])
+    saved = [s for n in second.nodes for s in n.saved]
+    assert saved and all(s.freed for s in saved)
+    # With retain_graph=True the second backward runs every node and the saved tensors stay.
+    kept = capture_graph(sc, "retain", 0, 2)
+    assert kept.error is None and sorted(kept.order) == list(range(len(kept.nodes)))
+    assert not any(s.freed for n in kept.nodes for s in n.saved)
+
+
+def test_the_cut_is_marked_where_the_discriminator_took_fake_in():
+    no_detach, detach, no_grad = (_discriminator_graph(r) for r in ("no-detach", "detach", "no-grad"))
+    assert no_detach.cuts == ()
+    (cut,) = detach.cuts
+    assert (cut.tensor, cut.how, cut.source, cut.shape) == ("fake", "detach", "AddmmBackward0", (16, 1))
+    (never,) = no_grad.cuts
+    assert (never.tensor, never.how, never.source) == ("fake", "no_grad", None)
+    # The node that took fake in is D's first layer on fake: an addmm whose input has no grad_fn.
+    sc = load_builtin("gan-detach")
+    task = build_task(sc, torch.device("cpu"))
+    real, z = task.batch(0)
+    fake = task.modules["G"](z).detach()
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    loss = bce(task.modules["D"](fake), torch.zeros_like(real))
+    (first_layer,) = [n for n in independent_walk(loss)[0] if getattr(n, "_saved_mat1", None) is fake]
+    assert type(first_layer).__name__ == detach.nodes[cut.node].name == "AddmmBackward0"
+    assert None in [nxt for nxt, _ in first_layer.next_functions]  # fake: nothing to walk back into
+    assert detach.nodes[cut.node].name == no_grad.nodes[never.node].name
+    # The two D(...) calls make two such nodes: the cut is on the one the second call made.
+    addmms = [n.id for n in detach.nodes if n.name == "AddmmBackward0" and n.shape == (16, 4)]
+    assert cut.node in addmms and len(addmms) == 2
+
+
+def test_a_capture_begun_after_the_graph_was_freed_reads_the_next_graph_afresh():
+    loss, params = _small_loss()
+    run = _fake_run(params)
+    loss.backward()  # before the capture: the graph is freed
+    capture = GraphCapture()
+    with pytest.raises(RuntimeError, match="second time"), capture.backward(run, SLOT, 0, loss):
+        loss.backward()
+    (failed,) = capture.graphs
+    assert failed.error is not None and failed.error.startswith("RuntimeError: Trying to backward")
+    # The next forward's graph is alike in every node and shape, and holds its saved tensors.
+    layer = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        layer.weight.copy_(params["weight"])
+        layer.bias.copy_(params["bias"])
+    x = torch.randn(5, 3, requires_grad=True)
+    again = torch.nn.functional.mse_loss(torch.tanh(layer(x)), torch.zeros(5, 2))
+    fresh = capture.forward(_fake_run({"weight": layer.weight, "bias": layer.bias}), SLOT, 1, again)
+    assert [n.name for n in fresh.nodes] == [n.name for n in failed.nodes]
+    saved = [s for n in fresh.nodes for s in n.saved]
+    assert saved and not any(s.freed for s in saved)
+    assert saved == [s for n in graph_of(again).nodes for s in n.saved]
+
+
+def test_a_backward_reaching_into_an_earlier_freed_graph_names_the_node_it_raised_in():
+    # rnn-tbptt's run keep: the second chunk's graph goes on into the first chunk's, freed by its backward.
+    graph = capture_graph(load_builtin("rnn-tbptt"), "keep", 0, 2)
+    assert graph.error is not None and "backward through the graph a second time" in graph.error
+    assert graph.order and graph.failed is not None and graph.failed not in graph.order
+    # The node it raised in lies past what ran: its saved tensors were gone before this backward.
+    assert graph.nodes[graph.failed].saved == ()
+    ran_saved = [s for i in graph.order for s in graph.nodes[i].saved]
+    assert ran_saved and all(s.freed for s in ran_saved)

@@ -123,6 +123,39 @@ def test_the_gan_cut_no_generator_leaf_with_detach_or_no_grad(window, run, reach
         assert len(graph.nodes) < 20
 
 
+@pytest.mark.parametrize(
+    ("run", "cut"),
+    [("no-detach", None), ("detach", "fake.detach()"), ("no-grad", "fake: made under torch.no_grad()")],
+)
+def test_the_cut_is_drawn_below_the_node_that_took_fake_in(window, run, cut):
+    w = window("gan-detach")
+    w.graph.set_run(run)
+    step(w, 3)
+    drawn = texts(w)
+    graph = w.graph.shown.graph
+    if cut is None:
+        assert graph.cuts == () and not any("detach()" in t or "no_grad()" in t for t in drawn)
+        return
+    assert cut in drawn
+    assert ("detach()" if run == "detach" else "torch.no_grad()") in drawn  # the dashed edge's label
+    assert graph.nodes[graph.cuts[0].node].name == "AddmmBackward0"
+
+
+def test_a_second_backward_through_the_freed_graph_shows_pytorchs_error(window):
+    w = window("backward-twice")  # run no-retain first
+    step(w, 4)  # zero_grad, forward, backward, backward: the second raises
+    note = w.graph.note.text()
+    assert note.startswith(
+        "backward() raised PyTorch's error: RuntimeError: Trying to backward through the graph a second time"
+    )
+    assert note.endswith("The backward() before freed this graph's saved tensors.")
+    drawn = texts(w)
+    assert "backward() raised here" in drawn
+    saved = [t for t in drawn if t.startswith("() ") or "saved" in t]
+    assert saved and all(t.endswith("· freed") for t in saved if "saved" in t)
+    assert not any(t.startswith("#") for t in drawn)  # no node ran
+
+
 def test_after_step_the_graph_is_drawn_freed_and_says_so(window):
     w = window("forgot-zero-grad")
     step(w, 4)  # zero_grad, forward, backward, step
@@ -176,3 +209,40 @@ def test_a_shown_graph_panel_is_remembered_between_launches(tmp_path) -> None:
     store = QSettings(str(tmp_path / "gradviz.ini"), QSettings.Format.IniFormat)
     store.setValue("panels", ["code", "graph", "no-such-view"])
     assert read_list(store, "panels", ()) == ("code", "graph")
+
+
+def test_an_export_lights_a_backward_node_by_node_in_pytorchs_order(qapp, tmp_path):
+    from gradviz.gui.export_frame import FrameStyle
+    from gradviz.gui.export_frames import ExportJob, ExportRange
+    from gradviz.gui.export_renderer import run_inline
+
+    out = tmp_path / "frames"
+    out.mkdir()
+    style = FrameStyle((1280, 720), ("graph", "code"))
+    job = ExportJob("backward-twice", out, style=style, fps=4, frames=ExportRange(ops=4))
+    renderer = job.renderer
+    render = renderer.render
+    seen: list[tuple[int, int, str]] = []
+
+    def noted(*args, **kwargs):
+        frame = render(*args, **kwargs)
+        view = renderer.frame.shown_views()["graph"]
+        seen.append((view.shown.tick, view.shown.ran, view.note.text()))
+        return frame
+
+    renderer.render = noted  # type: ignore[method-assign]
+    run_inline(job.work())
+    # zero_grad (no graph yet: -1), forward, the first backward node by node (7 nodes), the second
+    # backward (it raises).
+    assert [(tick, ran) for tick, ran, _ in seen] == [(-1, 0), (1, 0), *((2, k) for k in range(1, 8)), (3, 0)]
+    assert len(list(out.glob("*.png"))) == len(seen) == job.total
+    _, loss = live_loss("backward-twice", "no-retain", 1)
+    nodes, _, _ = independent_walk(loss)
+    fired: list[str] = []
+    for n in nodes:
+        n.register_hook(lambda *_a, n=n: fired.append(type(n).__name__))
+    loss.backward()
+    # Each frame names the node that ran last, in the order the hooks of a plain backward fire.
+    named = [note.split(", ")[-1].rstrip(".") for tick, ran, note in seen if tick == 2 and ran < 7]
+    assert named == fired[:6]
+    assert seen[-1][2].startswith("backward() raised PyTorch's error")

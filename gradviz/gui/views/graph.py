@@ -49,6 +49,8 @@ KIND_BORDER = {
     "input": Qt.PenStyle.DashLine,
 }
 RAN_COLOR = "#CC79A7"  # the backward's colour in the timeline and code
+RAISED_COLOR = "#D55E00"  # the node a backward raised in (Okabe-Ito vermillion), said in words too
+CUT_FILL = "#CFE8F7"  # a tensor cut off its graph (a tint of Okabe-Ito sky blue), drawn dash-dotted
 ANIMATION_MS = 900  # one backward's traversal on Play and after a step, whatever its length
 GAP_X, GAP_Y = 14.0, 26.0
 MIN_SCALE, MAX_SCALE = 0.85, 1.6
@@ -173,7 +175,12 @@ def collapse(graph: Graph, ran: int) -> tuple[Graph, int, dict[int, tuple[int, .
             sent.append(grad)
     order = list(dict.fromkeys(new[i] for i in graph.order))
     lit = len(dict.fromkeys(new[i] for i in graph.order[:ran]))
-    out = GraphType(tuple(nodes), tuple(edges), tuple(order), graph.root, {}, tuple(sent))
+    cuts = tuple(c._replace(node=None if c.node is None else new[c.node]) for c in graph.cuts)
+    failed = None if graph.failed is None else new[graph.failed]
+    out = GraphType(
+        tuple(nodes), tuple(edges), tuple(order), graph.root, {}, tuple(sent),
+        error=graph.error, failed=failed, cuts=cuts,
+    )  # fmt: skip
     return out, lit, {i: tuple(ids) for i, ids in members.items()}
 
 
@@ -199,6 +206,7 @@ class GraphView(QWidget):
         self.points = float(BASE_POINT_SIZE)
         self.shown: Shown | None = None
         self._moment: Moment | None = None
+        self._part: tuple[int, int] | None = None
         self._animated_tick = -2
         self._step = 0
         self._timer = QTimer(self)
@@ -297,8 +305,23 @@ class GraphView(QWidget):
                 ran = self._step
             elif self._timer.isActive():
                 self._timer.stop()
+            if self._part is not None and tick == moment.tick and graph.order:
+                done, parts = self._part
+                ran = min(len(graph.order), max(1, -(-len(graph.order) * done // parts)))
         self.shown = Shown(graph, tick, ran, freed, self._sentence(moment, graph, tick, ran, freed))
         self._render()
+
+    def backward_length(self, moment: Moment) -> int:
+        """How many nodes ran in the drawn run's backward at ``moment``'s own tick (0: no backward there)."""
+        if self.run_name is None:
+            return 0
+        graph, tick = moment.graph(self.run_name)
+        return len(graph.order) if graph is not None and tick == moment.tick else 0
+
+    def show_part(self, part: tuple[int, int] | None) -> None:
+        """Draw a backward at the moment's tick as ``part = (k, n)``: its first ``k``/``n`` of the nodes
+        run, in order (an export's frames within one backward); ``None`` draws all of it."""
+        self._part = part
 
     def skip_animation(self) -> None:
         """Show the running backward's whole traversal at once."""
@@ -324,6 +347,12 @@ class GraphView(QWidget):
         n = len(graph.nodes)
         if not graph.nodes:
             return "The loss has no grad_fn: no graph was built, backward() has nothing to walk."
+        if graph.error is not None:
+            saved = [s for node in graph.nodes for s in node.saved]
+            gone = saved and all(s.freed for s in saved)
+            return f"backward() raised PyTorch's error: {first_sentence(graph.error)}" + (
+                " The backward() before freed this graph's saved tensors." if gone else ""
+            )
         if not graph.order:
             leaves = sum(1 for node in graph.nodes if node.kind == "parameter")
             return (
@@ -421,7 +450,8 @@ class GraphView(QWidget):
             detail = [] if node.shape is None or compact else ["(" + ", ".join(map(str, node.shape)) + ")"]
             if node.saved and not compact:
                 total = sum(s.bytes for s in node.saved)
-                gone = node.saved[0].freed and (node.id in lit or shown.freed)
+                # Freed as it ran, or by an earlier backward where this one raised.
+                gone = node.saved[0].freed and (node.id in lit or shown.freed or graph.error is not None)
                 detail.append(f"saved {fmt_bytes(total)}" + (" · freed" if gone else ""))
             lines.append("  ".join(detail))
             inside = members.get(node.id, ()) if members is not None and full is not None else ()
@@ -431,6 +461,8 @@ class GraphView(QWidget):
                 leaves = [full.graph.nodes[j].param for j in inside if full.graph.nodes[j].param]
                 lines[1] = " · ".join(f"{names.count(k)}× {k}" if names.count(k) > 1 else k for k in kinds)
                 lines.append("leaves: " + ", ".join(str(p).rsplit(".", 1)[-1] for p in leaves))
+            if node.id == graph.failed:
+                lines.append("backward() raised here")
             if node.id in lit:
                 lines[0] = f"#{lit[node.id]} {lines[0]}"
                 if node.param is not None and node.param in ledger:
@@ -462,6 +494,15 @@ class GraphView(QWidget):
             new = after.grads.get(name) if after is not None else None
             out[name] = addition_text(old, added, new)
         return out
+
+
+def first_sentence(text: str, limit: int = 200) -> str:
+    """The first sentence of an error message (PyTorch's go on with advice), on one line."""
+    from gradviz.engine.errors import one_line
+
+    line = one_line(text, limit)
+    end = line.find(". ")
+    return line if end < 0 else line[: end + 1]
 
 
 def fmt_bytes(n: int) -> str:
@@ -498,7 +539,8 @@ def draw_graph(
     leaf_color: str,
 ) -> QPointF:
     """Lay out and add the boxes, edges and labels of ``shown`` to ``scene``; the centre of the
-    node that ran last, or, where none is running, the top of the scene above the loss."""
+    node that ran last (of the first cut, once the whole traversal is drawn), or, where none is
+    running, the top of the scene above the loss."""
     from PySide6.QtGui import QFontMetricsF
 
     graph = shown.graph
@@ -515,13 +557,20 @@ def draw_graph(
             w = measured[(title, t)] = (big if title else little).horizontalAdvance(t)
         return w
 
+    from gradviz.engine.graph import cut_call, cut_lines
+
+    # Each cut a node took in: a box of its own below that node, where the graph stops.
+    cuts = [c for c in graph.cuts if c.node is not None]
+    boxes = [*boxes, *(cut_lines(c) for c in cuts)]
+    count = len(graph.nodes)
+    cut_edges = [(c.node or 0, count + k) for k, c in enumerate(cuts)]
     widths = [
         max([advance(lines[0], True)] + [advance(t, False) for t in lines[1:]]) + 2 * pad for lines in boxes
     ]
     heights = [
         big.height() + max(len([t for t in lines[1:] if t]), 1) * little.height() + 2 * pad for lines in boxes
     ]
-    corners = layered(len(graph.nodes), graph.edges, widths, heights)
+    corners = layered(len(boxes), [*graph.edges, *cut_edges], widths, heights)
     lit = set(graph.order[: shown.ran])
     faded = shown.freed
     text = QBrush(QColor(theme.muted if faded else "#1b1b1b"))
@@ -547,23 +596,42 @@ def draw_graph(
             labelled.append((label, ex, ey - GAP_Y * 0.45))
     scene.addPath(paths[False], QPen(QColor(theme.muted), 1.2))
     scene.addPath(paths[True], QPen(hot, 2.4))
+    cut_path = QPainterPath()
+    for k, (c, b) in enumerate(cut_edges):
+        (xa, ya), (xb, yb) = corners[c], corners[b]
+        sx, sy, ex, ey = xa + widths[c] / 2, ya + heights[c], xb + widths[b] / 2, yb
+        cut_path.moveTo(sx, sy)
+        cut_path.lineTo(ex, ey)
+        labelled.append((cut_call(cuts[k]), (sx + ex) / 2, (sy + ey) / 2))
+    scene.addPath(cut_path, QPen(QColor(theme.text), 1.6, Qt.PenStyle.DashLine))
     back = QBrush(QColor(theme.base))
+    placed: list[QRectF] = [QRectF(x, y, w, h) for (x, y), w, h in zip(corners, widths, heights, strict=True)]
     for label, cx, cy in labelled:
         w = little.horizontalAdvance(label)
         h = little.height()
-        scene.addRect(QRectF(cx - w / 2 - 2, cy - h / 2, w + 4, h), QPen(Qt.PenStyle.NoPen), back).setZValue(
-            2
-        )
+        # Edges meeting at one node bring their labels together: one moves a line up or down, off
+        # the boxes and the labels placed, or is left out rather than drawn over another.
+        spots = (QRectF(cx - w / 2 - 2, cy - h / 2 + dy, w + 4, h) for dy in (0.0, -h, h))
+        rect = next((r for r in spots if not any(r.intersects(p) for p in placed)), None)
+        if rect is None:
+            continue
+        placed.append(rect)
+        cy = rect.center().y()
+        scene.addRect(rect, QPen(Qt.PenStyle.NoPen), back).setZValue(2)
         item = scene.addSimpleText(label, small)
         item.setPos(cx - w / 2, cy - h / 2)
         item.setBrush(QBrush(QColor(theme.text)))
         item.setZValue(3)
-    for node, lines, (x, y), w, height in zip(graph.nodes, boxes, corners, widths, heights, strict=True):
+    for node, lines, (x, y), w, height in zip(
+        graph.nodes, boxes[:count], corners[:count], widths[:count], heights[:count], strict=True
+    ):
         fill = QColor(KIND_FILL[node.kind])
         border = QColor(leaf_color if node.kind == "parameter" else "#555555")
         if node.id in lit and not faded:
             border = hot if node.kind != "parameter" else border
         width = 3.0 if node.kind in ("parameter", "loss") or node.id in lit else 1.2
+        if node.id == graph.failed:
+            border, width = QColor(RAISED_COLOR), 4.0
         if faded:
             fill.setAlpha(110)
             border.setAlpha(140)
@@ -579,11 +647,28 @@ def draw_graph(
             detail.setBrush(text)
             detail.setPos(x + pad, y + pad + big.height())
             detail.setZValue(5)
+    for k in range(len(cuts)):
+        i = count + k
+        (x, y), w, height, lines = corners[i], widths[i], heights[i], boxes[i]
+        pen = QPen(QColor(theme.text), 1.6, Qt.PenStyle.DashDotLine)
+        scene.addRect(QRectF(x, y, w, height), pen, QBrush(QColor(CUT_FILL))).setZValue(4)
+        title = scene.addSimpleText(lines[0], bold)
+        title.setBrush(QBrush(QColor("#1b1b1b")))
+        title.setPos(x + pad, y + pad)
+        title.setZValue(5)
+        detail = scene.addSimpleText("\n".join(lines[1:]), small)
+        detail.setBrush(QBrush(QColor("#1b1b1b")))
+        detail.setPos(x + pad, y + pad + big.height())
+        detail.setZValue(5)
     right = max((x + w for (x, _), w in zip(corners, widths, strict=True)), default=0.0)
     bottom = max((y + h for (_, y), h in zip(corners, heights, strict=True)), default=0.0)
     scene.setSceneRect(QRectF(-8, -8, right + 16, bottom + 16))
     if not shown.ran or faded:
         return QPointF(corners[0][0] + widths[0] / 2, -8.0)
+    if cuts and shown.ran == len(graph.order):
+        # The traversal is done: where it stopped, at the cut, is what to see.
+        (x, y), i = corners[count], count
+        return QPointF(x + widths[i] / 2, y + heights[i] / 2)
     last = graph.order[shown.ran - 1]
     x, y = corners[last]
     return QPointF(x + widths[last] / 2, y + heights[last] / 2)
