@@ -596,8 +596,8 @@ class Observer:
                 self._report(
                     c,
                     "warning",
-                    f"{c.op}() cleared the .grad that backward() at line {b.line} had filled, before "
-                    f"{what} at line {ev.line} used it; {what} sees {seen}: nothing is learned",
+                    f"{c.op}() cleared the .grad that backward() at {_at(b, c)} had filled, before "
+                    f"{what} at {_at(ev, c)} used it; {what} sees {seen}: nothing is learned",
                     "lost",
                 )
                 p.lost = None
@@ -616,8 +616,8 @@ class Observer:
                 b,
                 "warning",
                 f"backward() filled the .grad of parameters of another optimizer ({shown}), which "
-                f"steps on them at line {ev.line} without clearing them first: this loss, meant for "
-                f"the step at line {other.line}, leaks into that update (detach() the input the two "
+                f"steps on them at {_at(ev, b)} without clearing them first: this loss, meant for "
+                f"the step at {_at(other, b)}, leaks into that update (detach() the input the two "
                 "losses share?)",
                 "foreign",
             )
@@ -643,21 +643,21 @@ class Observer:
                 continue
             z, cls = module
             o = next(op for op in self.optims.values() if op.id == p.optimizer)
-            at = o.first_step.line if o.first_step is not None else self.events[p.carried[1]].line
+            stepped = o.first_step if o.first_step is not None else self.events[p.carried[1]]
             self._report(
                 z,
                 "warning",
                 f"{cls}.zero_grad() clears only its module's parameters; {p.name} is held by the "
-                f"optimizer stepped at line {at} but lies outside the module, so its .grad carries "
+                f"optimizer stepped at {_at(stepped, z)} but lies outside the module, so its .grad carries "
                 "over from step to step (call the optimizer's zero_grad())",
                 "module-missed",
             )
         for (b_index, u_index), group in plain.items():
             b, u = self.events[b_index], self.events[u_index]
             if u.op == "step":
-                used, fix = f"the step at line {u.line}", "optimizer.zero_grad()"
+                used, fix = f"the step at {_at(u, b)}", "optimizer.zero_grad()"
             else:
-                used = f"the update at line {u.line}"
+                used = f"the update at {_at(u, b)}"
                 group = sorted(group, key=lambda p: _update_line(u.file, 0, [p])[1])  # as the code has them
                 fix = " and ".join(f"{_short(p.name)}.grad.zero_()" for p in group[:3])
             self._report(
@@ -1117,6 +1117,14 @@ def _names(tensors: list[Any], frame: Any) -> dict[int, str]:
         f = f.f_back
         depth += 1
     return names
+
+
+def _at(ev: Event, finding: Event) -> str:
+    """Where ``ev`` ran, as a finding at ``finding`` says it: "line 7", or "line 7 of helpers.py"
+    when it ran in another file."""
+    if ev.file == finding.file:
+        return f"line {ev.line}"
+    return f"line {ev.line} of {os.path.basename(ev.file)}"
 
 
 def _short(name: str) -> str:
