@@ -973,6 +973,8 @@ class Batch:
         where: list[tuple[int, int, int]] = [(0, 0, 0)] * len(pieces)
         for k, js in enumerate(groups):
             flat = _flatten_dense_tensors([pieces[j] for j in js])
+            if len(js) == 1 and flat.dtype == torch.float32:
+                flat = flat.clone()  # one tensor alone comes back as a view of itself, not a copy
             self._flats.append(_off(flat if flat.dtype == torch.float32 else flat.float()))
             start = 0
             for j in js:
