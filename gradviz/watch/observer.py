@@ -148,6 +148,7 @@ class Observer:
         self._module_clears: list[tuple[int, set[int], str]] = []  # (event, params, class)
         self._pending: dict[int, tuple[Any, bool]] = {}  # params cleared to zeros, before a step
         self._skip: tuple[str, ...] = ()
+        self._users: dict[Any, bool] = {}  # code object -> whether it is the user's
         self.files: list[str] = []
         self._whole = 0  # elements of the parameters recorded whole
         self._backwards = 0
@@ -217,14 +218,20 @@ class Observer:
     # -------------------------------------------------------------- where
 
     def _where(self) -> tuple[str, int, Any]:
+        """The user's file and line that led here, and its frame: the first frame outside torch,
+        gradviz and the standard library (whether a function's code is the user's is decided once)."""
         f: Any = sys._getframe(1)
-        skip = self._skip
+        users = self._users
         while f is not None:
-            name = f.f_code.co_filename
-            if not name.startswith(skip) and not name.startswith("<"):
-                if name not in self.files and len(self.files) < SOURCE_FILES:
+            code = f.f_code
+            mine = users.get(code)
+            if mine is None:
+                name = code.co_filename
+                mine = users[code] = not name.startswith(self._skip) and not name.startswith("<")
+                if mine and name not in self.files and len(self.files) < SOURCE_FILES:
                     self.files.append(name)
-                return name, f.f_lineno, f
+            if mine:
+                return code.co_filename, f.f_lineno, f
             f = f.f_back
         return "<unknown>", 0, None
 

@@ -225,7 +225,7 @@ def replay_of(rec: Recording, where: str = "") -> Replay:
     files = _files(rec, events, file, where)
     source, note = files[file]
     run_info = RunInfo(name=run, note=note, source=source, ops=(), names=names, shapes=shapes, spec=spec)
-    # The next line is marked where it lies in the file shown, the file of the op before it (line 0: none).
+    # The next op's line is marked only where it lies in the file shown: that of the op before it.
     schedule = tuple(
         (OpSlot("", r.op, 0, r.line if t == 0 or ev["file"] == events[t - 1]["file"] else 0, r.line, r.line),)
         for t, (r, ev) in enumerate(zip(records, events, strict=True))
@@ -245,19 +245,15 @@ def replay_of(rec: Recording, where: str = "") -> Replay:
         initial={run: initial},
         parameter_count=sum(int(p["numel"]) for p in params),
     )
-    by_file = {file: info}
-    for other, (text, other_note) in files.items():
-        if other != file:
-            shown = replace(run_info, source=text, note=other_note)
-            by_file[other] = replace(info, runs=(shown,))
-    ops = tuple(r.op for r in records)
+    shown_in: dict[str, LabInfo] = {}  # the lab as the code panel shows it, by the file of the op
     info = replace(
         info,
-        position=partial(_position, ops, n_updates),
-        code_at=partial(_code_at, tuple(ev["file"] for ev in events), by_file),
+        position=partial(_position, tuple(r.op for r in records), n_updates),
+        code_at=partial(_code_at, tuple(ev["file"] for ev in events), shown_in),
     )
-    for other in by_file:
-        by_file[other] = info if other == file else replace(by_file[other], code_at=info.code_at)
+    for other, (text, other_note) in files.items():
+        shown = replace(run_info, source=text, note=other_note)
+        shown_in[other] = info if other == file else replace(info, runs=(shown,))
     tape = Tape(info)
     tape.extend(StepResult({run: tuple(entries)}, (), {run: None}, -2, {}, True))
     linked = tuple(LinkedFinding(f, _tick_of(f, events)) for f in rec.findings)
