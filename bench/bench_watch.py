@@ -3,8 +3,10 @@
 For a small MLP and a model of about 10M parameters, the same training loop (zero_grad,
 forward, backward, step) runs its first ``--steps`` steps plainly and inside
 ``gradviz.watch(steps=...)``, interleaved in rounds (machines here are shared and noisy),
-each from fresh weights. It prints the ratio of the medians (targets: at most 1.5 small,
-1.2 large) and the recording's bytes per observed step.
+each from fresh weights. It prints the ratio of the medians of wall time (targets: at most
+1.5 small, 1.2 large), the same ratio of the process's CPU time (steadier where other work
+shares the cores), the time the watch's end takes (its copies turned into the recording),
+and the recording's bytes per observed step.
 Run: ``python bench/bench_watch.py [--steps N] [--rounds R]``.
 """
 
@@ -16,6 +18,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -41,20 +44,30 @@ def large() -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor, torch.Tenso
 
 def train(
     model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, steps: int
-) -> float:
-    """Seconds per step of a standard loop."""
-    start = time.perf_counter()
+) -> tuple[float, float]:
+    """Seconds per step of a standard loop: wall time, and this process's CPU time."""
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
         opt.zero_grad()
         loss = ((model(x) - y) ** 2).mean()
         loss.backward()
         opt.step()
-    return (time.perf_counter() - start) / steps
+    return (time.perf_counter() - start) / steps, (time.process_time() - cpu) / steps
 
 
-def measure(build: Callable[[], Any], steps: int, rounds: int) -> tuple[float, float, float, int]:
-    plain: list[float] = []
-    watched: list[float] = []
+@dataclass
+class Measured:
+    plain: float  # median wall seconds per step
+    watched: float
+    ratio: float
+    cpu_ratio: float
+    end: float  # median seconds the watch's end takes
+    size: int  # bytes of the recording per observed step
+
+
+def measure(build: Callable[[], Any], steps: int, rounds: int) -> Measured:
+    times: dict[str, list[tuple[float, float]]] = {"plain": [], "watched": []}
+    ends: list[float] = []
     size = 0
     train(*build(), 3)  # warm up the allocator and kernels
     for r in range(rounds):
@@ -62,16 +75,19 @@ def measure(build: Callable[[], Any], steps: int, rounds: int) -> tuple[float, f
             torch.manual_seed(r)
             model, opt, x, y = build()
             if mode == "plain":
-                plain.append(train(model, opt, x, y, steps))
+                times["plain"].append(train(model, opt, x, y, steps))
                 continue
             with gradviz.watch(steps=steps) as rec:
-                watched.append(train(model, opt, x, y, steps))
+                times["watched"].append(train(model, opt, x, y, steps))
+                end = time.perf_counter()
+            ends.append(time.perf_counter() - end)
             with tempfile.TemporaryDirectory() as tmp:
                 path = os.path.join(tmp, "rec.json")
                 rec.save(path)
                 size = os.path.getsize(path) // max(rec.data["observed_updates"], 1)
-    p, w = statistics.median(plain), statistics.median(watched)
-    return p, w, w / p, size
+    p, w = (statistics.median(t[0] for t in times[m]) for m in ("plain", "watched"))
+    pc, wc = (statistics.median(t[1] for t in times[m]) for m in ("plain", "watched"))
+    return Measured(p, w, w / p, wc / pc, statistics.median(ends), size)
 
 
 def main() -> None:
@@ -84,12 +100,12 @@ def main() -> None:
     params["large"] = sum(p.numel() for p in large()[0].parameters())
     print(f"torch {torch.__version__}, 1 thread, {args.steps} steps watched, {args.rounds} rounds")
     for name, build, target in (("small", small, 1.5), ("large", large, 1.2)):
-        p, w, ratio, size = measure(build, args.steps, args.rounds)
-        verdict = "ok" if ratio <= target else "over target"
+        m = measure(build, args.steps, args.rounds)
+        verdict = "ok" if m.ratio <= target else "over target"
         print(
-            f"{name:<6} {params[name]:>11,} params  plain {p * 1e3:8.3f} ms/step  "
-            f"watched {w * 1e3:8.3f} ms/step  "
-            f"ratio {ratio:5.2f} (target {target}: {verdict})  recording {size:,} bytes/step"
+            f"{name:<6} {params[name]:>11,} params  plain {m.plain * 1e3:8.3f} ms/step  "
+            f"watched {m.watched * 1e3:8.3f} ms/step  ratio {m.ratio:5.2f} (target {target}: {verdict}; "
+            f"CPU time {m.cpu_ratio:5.2f})  end {m.end * 1e3:6.0f} ms  recording {m.size:,} bytes/step"
         )
 
 

@@ -26,7 +26,7 @@ import functools
 import itertools
 import sys
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -54,7 +54,7 @@ from gradviz.gui.layout import (
 )
 from gradviz.gui.narration import narrate
 from gradviz.gui.surface_state import SurfaceState
-from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, PlaneSurface
+from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, PlaneSurface, code_lab
 from gradviz.gui.theme import (
     BASE_POINT_SIZE,
     OP_COLORS,
@@ -732,6 +732,9 @@ class ExportFrame(QWidget):
         """Draw ``moment`` in every view and set its caption (the narration unless ``caption`` is given)."""
         # The frame is never shown, so nothing lays it out but this (the caption's fit needs its width).
         self._box.activate()
+        code, shown = self.views.get("code"), code_lab(moment)
+        if code is not None and shown is not None and code.info is not shown:
+            code.set_lab(shown)  # a recording's op in another file of the script
         for view in self.views.values():
             view.draw(moment)
         self._hold()
@@ -742,9 +745,12 @@ class ExportFrame(QWidget):
         if self.frame_style.caption:
             code = self.views.get("code")
             if caption is None:
-                caption = caption_text(moment, code.run_name if code is not None else None)
+                said = moment if shown is None else replace(moment, info=shown)  # quotes the file shown
+                caption = caption_text(said, code.run_name if code is not None else None)
             self._fit_caption(caption)
-            self.counter.setText(position_text(moment.tick, moment.info.ticks_per_iteration))
+            info = moment.info
+            where = info.position or (lambda tick: position_text(tick, info.ticks_per_iteration))
+            self.counter.setText(where(moment.tick))
 
     def reserve_counter(self, widest: str) -> None:
         """Fix the counter's width to fit ``widest``, so the caption's box keeps one size in every frame."""

@@ -344,7 +344,8 @@ class FrameRenderer:
                     frame.set_plane_surface(self._plane)
                 # Only the same plane over a wider range: the plane itself stays for the whole animation.
                 frame.on_plane_request(self._widen)
-        frame.reserve_counter(position_text(ticks[-1], self.ticks_per_iteration))
+        where = self.info.position or (lambda tick: position_text(tick, self.ticks_per_iteration))
+        frame.reserve_counter(where(ticks[-1]))
         tape = self.controller.tape
         assert tape is not None
         end = self.controller.cursor

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +62,12 @@ class LabInfo:
     parameter_count: int
     # The lesson's stops on the lab's ticks (gradviz.engine.quiz.PlacedStop), in time order.
     stops: tuple[Any, ...] = ()
+    # Where the moment after a tick is, in words, for a lab with units of its own (a replayed
+    # recording: "op 7 of 20 · after update 3 of 10"); None: iterations and ops.
+    position: Callable[[int], str] | None = None
+    # The lab as the code panel shows it after a tick, for one whose ops ran in several files (a
+    # replayed recording): its run's source is the file of that op. None: one source throughout.
+    code_at: Callable[[int], LabInfo] | None = None
 
     def run_index(self, name: str) -> int:
         return next(i for i, r in enumerate(self.runs) if r.name == name)
@@ -453,12 +459,12 @@ class Moment:
         return max(self.tick, 0) // self.info.ticks_per_iteration
 
     def next_slot(self, run: str) -> OpSlot | None:
-        """The slot the run performs next (None when it has stopped)."""
+        """The slot the run performs next (None when it has stopped, or after the scenario's last op)."""
         if self.status(run) != "running":
             return None
         r = self.info.run_index(run)
         tpi = self.info.ticks_per_iteration
-        for k in range(1, tpi + 1):
+        for k in range(1, min(tpi, self.info.scenario.iterations * tpi - 1 - self.tick) + 1):
             slot = self.info.schedule[(self.tick + k) % tpi][r]
             if slot is not None:
                 return slot
@@ -509,3 +515,10 @@ class Moment:
         if self.tick == self.tape.preview_tick:
             return self.tape.previews.get(run)
         return None
+
+
+def code_lab(moment: Moment) -> LabInfo | None:
+    """For a lab whose ops ran in several files (see ``LabInfo.code_at``): the lab as the code panel
+    shows it at ``moment``, with the file of its op. None for any other lab."""
+    info = moment.info
+    return info.code_at(moment.tick) if info.code_at is not None else None

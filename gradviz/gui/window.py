@@ -46,7 +46,7 @@ from gradviz.gui.layout import (
 from gradviz.gui.lesson_panel import LessonPanel, LessonRunner
 from gradviz.gui.narration import narrate
 from gradviz.gui.settings import read_list, settings
-from gradviz.gui.tape import LabInfo
+from gradviz.gui.tape import LabInfo, code_lab
 from gradviz.gui.theme import (
     BASE_POINT_SIZE,
     Theme,
@@ -609,6 +609,9 @@ class MainWindow(QMainWindow):
             return
         if self.lesson.hides_future:
             moment = replace(moment, hide_future=True)  # the room predicts what has not happened
+        shown = code_lab(moment)
+        if shown is not None and self.code.info is not shown:
+            self.code.set_lab(shown)  # a recording's op in another file of the script
         for _key, view in self.panels.items():
             if view.isVisible() or not self.isVisible():
                 view.draw(moment)  # type: ignore[attr-defined]
@@ -616,7 +619,7 @@ class MainWindow(QMainWindow):
             self.surface3d.draw(moment)
         if self.findings.isVisible():
             self.findings.mark(moment.tick)
-        text = narrate(moment, self.code.run_name)
+        text = narrate(moment if shown is None else replace(moment, info=shown), self.code.run_name)
         if text != self.narration.text():
             self.narration.setText(text)
         self._update_status()

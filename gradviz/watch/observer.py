@@ -27,7 +27,9 @@ import sys
 import sysconfig
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from gradviz.watch.findings import Finding
 
@@ -65,8 +67,8 @@ class Event:
     filled: list[int] = field(default_factory=list)  # parameter ids a backward filled
     params: list[int] = field(default_factory=list)  # parameters a zero_grad or update concerned
     zeros: list[int] = field(default_factory=list)  # parameters a zero_grad left holding zeros, not None
-    loss: Any = None  # a backward's loss (a one-element tensor), copied off the device
-    grads: dict[int, Any] = field(default_factory=dict)  # the .grad a backward left, by parameter id
+    loss: Ref | None = None  # a backward's loss (one number), copied off the device
+    grads: dict[int, Ref] = field(default_factory=dict)  # the .grad a backward left, by parameter id
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"op": self.op, "file": self.file, "line": self.line, "step": self.step}
@@ -75,9 +77,9 @@ class Event:
         if self.op == "backward":
             out["filled"] = self.filled
             if self.loss is not None:
-                out["loss"] = _floats(self.loss)[0]
+                out["loss"] = self.loss.floats()[0]
             if self.grads:
-                out["grads"] = {str(pid): _floats(g) for pid, g in self.grads.items()}
+                out["grads"] = {str(pid): g.floats() for pid, g in self.grads.items()}
         elif self.params:
             out["params"] = self.params
         if self.zeros:
@@ -104,6 +106,7 @@ class Param:
     zeros: bool = False  # cleared to a tensor of zeros, nothing added since
     grad_mark: tuple[int, int] | None = None  # (id, _version) of .grad when last seen
     value_mark: tuple[int, Any] | None = None  # (_version, values) when last seen
+    ledger: tuple[tuple[int, int], Ref] | None = None  # (id, _version) of the .grad a backward left; its copy
     ever_filled: bool = False
     handle: Any = None
 
@@ -139,11 +142,13 @@ class Observer:
         self._closing = False
         self._busy = 0
         self._current: Event | None = None
+        self._loss: Any = None  # the loss of the backward running, until its ledger is copied
         self._restore: list[Callable[[], None]] = []
         self._handles: list[Any] = []
         self._module_clears: list[tuple[int, set[int], str]] = []  # (event, params, class)
         self._pending: dict[int, tuple[Any, bool]] = {}  # params cleared to zeros, before a step
         self._skip: tuple[str, ...] = ()
+        self._users: dict[Any, bool] = {}  # code object -> whether it is the user's
         self.files: list[str] = []
         self._whole = 0  # elements of the parameters recorded whole
         self._backwards = 0
@@ -213,14 +218,20 @@ class Observer:
     # -------------------------------------------------------------- where
 
     def _where(self) -> tuple[str, int, Any]:
+        """The user's file and line that led here, and its frame: the first frame outside torch,
+        gradviz and the standard library (whether a function's code is the user's is decided once)."""
         f: Any = sys._getframe(1)
-        skip = self._skip
+        users = self._users
         while f is not None:
-            name = f.f_code.co_filename
-            if not name.startswith(skip) and not name.startswith("<"):
-                if name not in self.files and len(self.files) < SOURCE_FILES:
+            code = f.f_code
+            mine = users.get(code)
+            if mine is None:
+                name = code.co_filename
+                mine = users[code] = not name.startswith(self._skip) and not name.startswith("<")
+                if mine and name not in self.files and len(self.files) < SOURCE_FILES:
                     self.files.append(name)
-                return name, f.f_lineno, f
+            if mine:
+                return code.co_filename, f.f_lineno, f
             f = f.f_back
         return "<unknown>", 0, None
 
@@ -272,17 +283,16 @@ class Observer:
 
     def _values(self, p: Param) -> Any:
         """A copy of the values recorded of ``p``: all of them, or its sample."""
-        flat = p.tensor.detach().reshape(-1)
-        return flat[p.sample] if p.sample is not None else flat.clone()
+        t = p.tensor.detach()
+        return t.take(p.sample) if p.sample is not None else t.reshape(-1).clone()
 
     def _fingerprint(self, p: Param) -> tuple[int, Any]:
         # An optimizer's parameters move in place (their version counter tells); a manual loop's may
         # move through .data, which the counter misses: their values are compared too.
-        t = p.tensor.detach()
-        return (t._version, None if p.optimizer is not None else self._values(p))
+        return (p.tensor._version, None if p.optimizer is not None else self._values(p))
 
     def _moved(self, p: Param) -> bool:
-        t = p.tensor.detach()
+        t = p.tensor
         assert p.value_mark is not None
         if t._version != p.value_mark[0]:
             return True
@@ -290,8 +300,8 @@ class Observer:
             return False
         import torch
 
-        flat = t.reshape(-1)
-        now = flat[p.sample] if p.sample is not None else flat
+        t = t.detach()
+        now = t.take(p.sample) if p.sample is not None else t.reshape(-1)
         return not torch.equal(now, p.value_mark[1])
 
     def _sync(self, ps: Iterable[Param], clearing: Event | None) -> None:
@@ -361,7 +371,7 @@ class Observer:
         self._check_manual(file, line)
         ev = self._event("backward", file, line)
         if ev is not None:
-            ev.loss = _loss_of(roots)
+            self._loss = _loss_of(roots)
             # The graph is walked for new leaves at each backward until three in a row found none,
             # then at every tenth: a loop's leaves are the same from one iteration to the next.
             self._backwards += 1
@@ -377,15 +387,23 @@ class Observer:
             self._sync(self.order, None)
         return ev
 
-    def _after_backward(self, ev: Event) -> None:
-        """The ledger of one backward: each ``.grad`` it filled, as it left it (values or sample)."""
-        import torch
-
-        with torch.no_grad():
-            ps = [self.order[pid] for pid in ev.filled]
-            ps = [p for p in ps if p.tensor is not None and p.tensor.grad is not None]
-            copies = _copies([p.tensor.grad.detach() for p in ps], [p.sample for p in ps])
-            ev.grads = {p.id: c for p, c in zip(ps, copies, strict=True)}
+    def _after_backward(self, ev: Event, done: bool) -> None:
+        """The ledger of one backward: its loss and each ``.grad`` it filled, as it left it (values or
+        sample), in one copy; only the loss when it raised. An update that finds a ``.grad``
+        untouched since reads this copy."""
+        loss, self._loss = self._loss, None
+        order = self.order
+        ps = [order[pid] for pid in ev.filled] if done else []
+        ps = [p for p in ps if p.tensor is not None and p.tensor.grad is not None]
+        batch = Batch()
+        for p in ps:
+            g = p.tensor.grad
+            ref = batch.add(g.detach(), p.sample)
+            ev.grads[p.id] = ref
+            p.ledger = ((id(g), g._version), ref)
+        if loss is not None:
+            ev.loss = batch.add(loss, scalar=True)
+        batch.copy()
 
     def _wrap_backward(self, *, tensor_method: bool) -> Callable[[Any], Any]:
         def make(original: Any) -> Any:
@@ -399,16 +417,18 @@ class Observer:
                     ev = None
                 self._current = ev
                 self._busy += 1
+                done = False
                 try:
                     out = original(*args, **kwargs)
+                    done = True
                 finally:
                     self._busy -= 1
                     self._current = None
-                if ev is not None:
-                    try:
-                        self._after_backward(ev)
-                    except Exception as exc:
-                        self._broken(exc)
+                    if ev is not None:
+                        try:
+                            self._after_backward(ev, done)
+                        except Exception as exc:
+                            self._broken(exc)
                 self._maybe_close()
                 return out
 
@@ -513,7 +533,7 @@ class Observer:
         self._before_update(ps, ev, o)
         # A parameter cleared to zeros that the step may still move (momentum, weight decay).
         self._pending = {p.id: (self._values(p), True) for p in ps if p.zeros and p.tensor.grad is not None}
-        self._record(ps, ev, grads=True, optimizer=obj)
+        self._record(ps, ev, optimizer=obj)
 
     def _step_post_body(self, obj: Any) -> None:
         o = self.optims.get(id(obj))
@@ -527,8 +547,8 @@ class Observer:
                 before = self._pending[p.id][0]
                 import torch
 
-                flat = p.tensor.detach().reshape(-1)
-                now = flat[p.sample] if p.sample is not None else flat
+                t = p.tensor.detach()
+                now = t.take(p.sample) if p.sample is not None else t.reshape(-1)
                 if not torch.equal(now, before):
                     moved.append(p.name)
             p.value_mark = self._fingerprint(p)
@@ -561,7 +581,7 @@ class Observer:
         if ev is None:
             return
         self._before_update(moved, ev, None)
-        self._record(moved, ev, grads=True)
+        self._record(moved, ev)
         for p in moved:
             p.value_mark = self._fingerprint(p)
         self._after_update(moved, ev, None)
@@ -583,8 +603,8 @@ class Observer:
                 self._report(
                     c,
                     "warning",
-                    f"{c.op}() cleared the .grad that backward() at line {b.line} had filled, before "
-                    f"{what} at line {ev.line} used it; {what} sees {seen}: nothing is learned",
+                    f"{c.op}() cleared the .grad that backward() at {_at(b, c)} had filled, before "
+                    f"{what} at {_at(ev, c)} used it; {what} sees {seen}: nothing is learned",
                     "lost",
                 )
                 p.lost = None
@@ -603,8 +623,8 @@ class Observer:
                 b,
                 "warning",
                 f"backward() filled the .grad of parameters of another optimizer ({shown}), which "
-                f"steps on them at line {ev.line} without clearing them first: this loss, meant for "
-                f"the step at line {other.line}, leaks into that update (detach() the input the two "
+                f"steps on them at {_at(ev, b)} without clearing them first: this loss, meant for "
+                f"the step at {_at(other, b)}, leaks into that update (detach() the input the two "
                 "losses share?)",
                 "foreign",
             )
@@ -630,21 +650,21 @@ class Observer:
                 continue
             z, cls = module
             o = next(op for op in self.optims.values() if op.id == p.optimizer)
-            at = o.first_step.line if o.first_step is not None else self.events[p.carried[1]].line
+            stepped = o.first_step if o.first_step is not None else self.events[p.carried[1]]
             self._report(
                 z,
                 "warning",
                 f"{cls}.zero_grad() clears only its module's parameters; {p.name} is held by the "
-                f"optimizer stepped at line {at} but lies outside the module, so its .grad carries "
+                f"optimizer stepped at {_at(stepped, z)} but lies outside the module, so its .grad carries "
                 "over from step to step (call the optimizer's zero_grad())",
                 "module-missed",
             )
         for (b_index, u_index), group in plain.items():
             b, u = self.events[b_index], self.events[u_index]
             if u.op == "step":
-                used, fix = f"the step at line {u.line}", "optimizer.zero_grad()"
+                used, fix = f"the step at {_at(u, b)}", "optimizer.zero_grad()"
             else:
-                used = f"the update at line {u.line}"
+                used = f"the update at {_at(u, b)}"
                 group = sorted(group, key=lambda p: _update_line(u.file, 0, [p])[1])  # as the code has them
                 fix = " and ".join(f"{_short(p.name)}.grad.zero_()" for p in group[:3])
             self._report(
@@ -686,26 +706,40 @@ class Observer:
                 return ev
         return None
 
-    def _record(self, ps: list[Param], ev: Event, *, grads: bool, optimizer: Any = None) -> None:
-        """Norms and values (or samples) of ``ps``, their ``.grad`` and the optimizer's state and lr,
-        kept as tensors until saved; copies of tensors on a GPU are queued, never waited for."""
-        import torch
+    def _record(self, ps: list[Param], ev: Event, *, optimizer: Any = None) -> None:
+        """Values (or samples) of ``ps``, their ``.grad``, the optimizer's state and lr, and the norms
+        of sampled tensors, in one copy kept until saved (off a GPU: queued, never waited for).
+        A ``.grad`` untouched since a backward's ledger copied it is read from that copy."""
+        batch = Batch()
+        values = [batch.add(p.tensor.detach(), p.sample) for p in ps]
+        gvalues: dict[int, Ref] = {}
+        for i, p in enumerate(ps):
+            g = p.tensor.grad
+            if g is None:
+                continue
+            if p.ledger is not None and p.ledger[0] == (id(g), g._version):
+                gvalues[i] = p.ledger[1]
+            else:
+                gvalues[i] = batch.add(g.detach(), p.sample)
+        lrs: dict[int, float] = {}
+        states: dict[int, dict[str, Any]] = {}
+        if optimizer is not None:
+            lrs, states = _optimizer_side(optimizer, ps, batch)
+        norms: dict[int, Ref] = {}
+        gnorms: dict[int, Ref] = {}
+        sampled = [i for i, p in enumerate(ps) if p.sample is not None]
+        if sampled:  # a sample's norm is not its tensor's: taken here (whole tensors' when saved)
+            import torch
 
-        with torch.no_grad():
-            tensors = [p.tensor.detach() for p in ps]
-            have = [i for i, p in enumerate(ps) if p.tensor.grad is not None]
-            gtensors = [ps[i].tensor.grad.detach() for i in have]
-            lrs, states, held = _optimizer_side(optimizer, ps) if optimizer is not None else ({}, {}, [])
-            # Values, .grad and optimizer state in one copy; whole tensors' norms come from it when saved.
-            samples = [p.sample for p in ps] + [ps[i].sample for i in have] + [h[3] for h in held]
-            copies = _copies(tensors + gtensors + [h[2] for h in held], samples)
-            values = copies[: len(ps)]
-            gvalues = dict(zip(have, copies[len(ps) : len(ps) + len(have)], strict=True))
-            for (i, key, _, _), c in zip(held, copies[len(ps) + len(have) :], strict=True):
-                states.setdefault(i, {})[key] = c
-            sampled = any(p.sample is not None for p in ps)
-            norms = _off(torch.stack(torch._foreach_norm(tensors))) if tensors and sampled else None
-            gnorms = _off(torch.stack(torch._foreach_norm(gtensors))) if gtensors and sampled else None
+            with_grad = [i for i in sampled if i in gvalues]
+            found = torch._foreach_norm(
+                [ps[i].tensor.detach() for i in sampled] + [ps[i].tensor.grad.detach() for i in with_grad]
+            )
+            for i, n in zip(sampled, found[: len(sampled)], strict=True):
+                norms[i] = batch.add(n, scalar=True)
+            for i, n in zip(with_grad, found[len(sampled) :], strict=True):
+                gnorms[i] = batch.add(n, scalar=True)
+        batch.copy()
         self.records.append(
             {
                 "event": ev.index,
@@ -713,11 +747,10 @@ class Observer:
                 "op": ev.op,
                 "ids": [p.id for p in ps],
                 "whole": [p.sample is None for p in ps],
-                "norms": norms,
-                "have": have,
-                "gnorms": gnorms,
                 "values": values,
                 "gvalues": gvalues,
+                "norms": norms,
+                "gnorms": gnorms,
                 "lr": lrs,
                 "state": states,
             }
@@ -725,30 +758,25 @@ class Observer:
 
     def _final_values(self) -> dict[int, Any]:
         """The values of every parameter still alive as the watch ends: what the last update left."""
-        import torch
-
-        with torch.no_grad():
-            out: dict[int, Any] = {
-                p.id: {"values": _off(self._values(p))} for p in self.order if p.tensor is not None
-            }
-            for o in self.optims.values():
-                ps = [self.order[i] for i in o.params if self.order[i].tensor is not None]
-                if o.obj is None or not ps:
-                    continue
-                _, states, held = _optimizer_side(o.obj, ps)
-                copies = _copies([h[2] for h in held], [h[3] for h in held])
-                for (i, key, _, _), c in zip(held, copies, strict=True):
-                    states.setdefault(i, {})[key] = c
-                for i, state in states.items():
-                    out[ps[i].id]["state"] = state
-            return out
+        batch = Batch()
+        alive = [p for p in self.order if p.tensor is not None]
+        out: dict[int, Any] = {p.id: {"values": batch.add(p.tensor.detach(), p.sample)} for p in alive}
+        for o in self.optims.values():
+            ps = [self.order[i] for i in o.params if self.order[i].tensor is not None]
+            if o.obj is None or not ps:
+                continue
+            _, states = _optimizer_side(o.obj, ps, batch)
+            for i, state in states.items():
+                out[ps[i].id]["state"] = state
+        batch.copy()
+        return out
 
     def final_record(self) -> dict[str, Any]:
         """:attr:`final` as plain JSON values."""
         out = {}
         for pid, kept in self.final.items():
             key = "values" if self.order[pid].sample is None else "sample"
-            entry: dict[str, Any] = {key: _floats(kept["values"])}
+            entry: dict[str, Any] = {key: kept["values"].floats()}
             if "state" in kept:
                 entry["state"] = _state_json(kept["state"])
             out[str(pid)] = entry
@@ -756,20 +784,37 @@ class Observer:
 
     def update_records(self) -> list[dict[str, Any]]:
         """The records of each update as plain JSON values."""
+        import torch
+
         out = []
         for r in self.records:
-            norms = _floats(r["norms"]) if r["norms"] is not None else [_norm(v) for v in r["values"]]
-            if r["gnorms"] is not None:
-                gn = dict(zip(r["have"], _floats(r["gnorms"]), strict=True))
-            else:
-                gn = {i: _norm(g) for i, g in r["gvalues"].items()}
+            whole = [
+                (i, kind, ref)
+                for i in range(len(r["ids"]))
+                for kind, ref, known in (
+                    ("norm", r["values"][i], r["norms"]),
+                    ("grad", r["gvalues"].get(i), r["gnorms"]),
+                )
+                if ref is not None and i not in known
+            ]
+            # The norms of whole tensors, from their copies: one conversion to decimals for all of them.
+            norms: dict[tuple[int, str], float] = {}
+            if whole:
+                found = _floats(torch.stack([torch.linalg.vector_norm(ref.read()) for _, _, ref in whole]))
+                norms = dict(zip([(i, kind) for i, kind, _ in whole], found, strict=True))
             params: dict[str, Any] = {}
             for i, pid in enumerate(r["ids"]):
-                entry: dict[str, Any] = {"norm": norms[i], "grad": gn.get(i, "none")}
+                v, g = r["values"][i], r["gvalues"].get(i)
+                norm = r["norms"][i].floats()[0] if i in r["norms"] else norms[(i, "norm")]
+                if g is None:
+                    gnorm: Any = "none"
+                else:
+                    gnorm = r["gnorms"][i].floats()[0] if i in r["gnorms"] else norms[(i, "grad")]
+                entry: dict[str, Any] = {"norm": norm, "grad": gnorm}
                 key = "values" if r["whole"][i] else "sample"
-                entry[key] = _floats(r["values"][i])
-                if i in r["gvalues"]:
-                    entry["grad_" + key] = _floats(r["gvalues"][i])
+                entry[key] = v.floats()
+                if g is not None:
+                    entry["grad_" + key] = g.floats()
                 if i in r["lr"]:
                     entry["lr"] = r["lr"][i]
                 if r["state"].get(i):
@@ -850,19 +895,19 @@ def _wait_for_copies(order: list[Param]) -> None:
 
 
 def _loss_of(roots: Any) -> Any:
-    """A copy of the loss a backward starts from, when it is one number; else None."""
+    """The loss a backward starts from, when it is one number (copied with the ledger); else None."""
     import torch
 
     if isinstance(roots, torch.Tensor) and roots.numel() == 1 and roots.is_floating_point():
-        return _off(roots.detach().reshape(()).float().clone())
+        return roots.detach()
     return None
 
 
 def _optimizer_side(
-    optimizer: Any, ps: list[Param]
-) -> tuple[dict[int, float], dict[int, dict[str, Any]], list[tuple[int, str, Any, Any]]]:
-    """Each parameter's learning rate, its optimizer state's numbers, and its state tensors
-    (``(parameter, key, tensor, sample)``: to copy like the parameter's values or sample)."""
+    optimizer: Any, ps: list[Param], batch: Batch
+) -> tuple[dict[int, float], dict[int, dict[str, Any]]]:
+    """Each parameter's learning rate and its optimizer state: numbers as they are, tensors (like the
+    parameter's values or sample, or one number) added to ``batch``."""
     import torch
 
     where = {id(p.tensor): i for i, p in enumerate(ps)}
@@ -874,72 +919,145 @@ def _optimizer_side(
                 if id(t) in where:
                     lrs[where[id(t)]] = float(lr)
     states: dict[int, dict[str, Any]] = {}
-    tensors: list[tuple[int, str, Any, Any]] = []  # (parameter, key, tensor, sample): for the caller to copy
+    state = optimizer.state
     for i, p in enumerate(ps):
         kept: dict[str, Any] = {}
-        for key, v in optimizer.state.get(p.tensor, {}).items():
-            if isinstance(v, torch.Tensor) and v.numel() == p.numel and v.is_floating_point():
-                tensors.append((i, str(key), v.detach(), p.sample))
-            elif (isinstance(v, torch.Tensor) and v.numel() == 1) or (
-                isinstance(v, int | float) and not isinstance(v, bool)
-            ):
+        for key, v in state.get(p.tensor, {}).items():
+            if isinstance(v, torch.Tensor):
+                if v.numel() == p.numel and v.is_floating_point():
+                    kept[str(key)] = batch.add(v, p.sample)
+                elif v.numel() == 1:
+                    kept[str(key)] = batch.add(v, scalar=True)
+            elif isinstance(v, int | float) and not isinstance(v, bool):
                 kept[str(key)] = float(v)
         if kept:
             states[i] = kept
-    return lrs, states, tensors
+    return lrs, states
 
 
 def _state_json(state: dict[str, Any]) -> dict[str, Any]:
-    return {k: _floats(v) if hasattr(v, "reshape") else v for k, v in state.items()}
-
-
-def _copies(tensors: list[Any], samples: list[Any]) -> list[Any]:
-    """Copies of ``tensors`` (whole, or at their sample's flat indices), off the GPU.
-
-    The whole ones are copied into one flat buffer by one ``cat`` (and leave the GPU in one
-    copy), then handed out as views of it: a clone per tensor costs several times as much
-    for a small model.
-    """
-    import torch
-
-    if not tensors:
-        return []
-    if all(s is None for s in samples) and len({t.dtype for t in tensors}) == 1:  # a small model's
-        flat = _off(torch.cat([t.reshape(-1) for t in tensors]))
-        return list(flat.split([t.numel() for t in tensors]))
-    out: list[Any] = [None] * len(tensors)
-    whole = [i for i, s in enumerate(samples) if s is None]
-    if len(whole) == 1:
-        out[whole[0]] = _off(tensors[whole[0]].reshape(-1).clone())
-    elif whole and len({tensors[i].dtype for i in whole}) == 1:
-        flat = _off(torch.cat([tensors[i].reshape(-1) for i in whole]))
-        for i, view in zip(whole, flat.split([tensors[i].numel() for i in whole]), strict=True):
-            out[i] = view
-    else:
-        for i in whole:
-            out[i] = _off(tensors[i].reshape(-1).clone())
-    for i, s in enumerate(samples):
-        if s is not None:
-            out[i] = _off(tensors[i].reshape(-1)[s])
+    out: dict[str, Any] = {}
+    for key, v in state.items():
+        if isinstance(v, Ref):
+            values = v.floats()
+            out[key] = values[0] if v.scalar else values
+        else:
+            out[key] = v
     return out
 
 
-def _pick(t: Any, sample: Any) -> Any:
-    flat = t.reshape(-1)
-    return flat[sample] if sample is not None else flat.clone()
+class Batch:
+    """Tensors copied together: :meth:`add` each, then :meth:`copy` once.
+
+    One ``cat`` per device (one copy off a GPU) instead of a clone per tensor, which costs several
+    times as much for a small model; the copy is taken apart only when read, as the recording is
+    written. Values are kept as float32, the precision a recording writes.
+    """
+
+    __slots__ = ("_decoded", "_flats", "_samples", "_tensors", "_where")
+
+    def __init__(self) -> None:
+        self._tensors: list[Any] = []
+        self._samples: list[Any] = []
+        self._flats: list[Any] = []
+        self._decoded: dict[int, list[float]] = {}
+        self._where: list[tuple[int, int, int]] = []
+
+    def add(self, tensor: Any, sample: Any = None, *, scalar: bool = False) -> Ref:
+        """Queue ``tensor`` (whole, or at its ``sample``'s flat indices) for the copy."""
+        self._tensors.append(tensor)
+        self._samples.append(sample)
+        return Ref(self, len(self._tensors) - 1, scalar)
+
+    def copy(self) -> None:
+        """Copy every queued tensor now, and let the originals go."""
+        import torch
+        from torch._utils import _flatten_dense_tensors  # one call into C++ that flattens and joins
+
+        pieces = [t if s is None else t.take(s) for t, s in zip(self._tensors, self._samples, strict=True)]
+        devices = [t.device for t in pieces]
+        groups = [list(range(len(pieces)))] if len(set(devices)) == 1 else _by_device(devices)
+        where: list[tuple[int, int, int]] = [(0, 0, 0)] * len(pieces)
+        for k, js in enumerate(groups):
+            flat = _flatten_dense_tensors([pieces[j] for j in js])
+            if len(js) == 1 and flat.dtype == torch.float32:
+                flat = flat.clone()  # one tensor alone comes back as a view of itself, not a copy
+            self._flats.append(_off(flat if flat.dtype == torch.float32 else flat.float()))
+            start = 0
+            for j in js:
+                n = pieces[j].numel()
+                where[j] = (k, start, n)
+                start += n
+        self._where = where
+        self._tensors, self._samples = [], []
+
+    def read(self, j: int) -> Any:
+        """The copy of the ``j``-th tensor added: a flat float32 CPU tensor."""
+        k, start, n = self._where[j]
+        return self._flats[k][start : start + n]
+
+    def floats(self, j: int) -> list[float]:
+        """The ``j``-th tensor's values as short decimals (see :func:`shortest_float32`); each of the
+        batch's copies is turned into numbers once, whole."""
+        k, start, n = self._where[j]
+        if k not in self._decoded:
+            self._decoded[k] = shortest_float32(self._flats[k].numpy())
+        return self._decoded[k][start : start + n]
 
 
-def _norm(t: Any) -> float:
-    """The norm of a whole tensor's copy, as a short decimal (as ``_floats`` writes values)."""
-    import torch
+def _by_device(devices: list[Any]) -> list[list[int]]:
+    groups: dict[Any, list[int]] = {}
+    for j, device in enumerate(devices):
+        groups.setdefault(device, []).append(j)
+    return list(groups.values())
 
-    return _floats(torch.linalg.vector_norm(t.float()).reshape(1))[0]
+
+class Ref(NamedTuple):
+    """One tensor's place in a :class:`Batch`; ``scalar``: written as one number, not a list."""
+
+    batch: Batch
+    at: int
+    scalar: bool = False
+
+    def read(self) -> Any:
+        return self.batch.read(self.at)
+
+    def floats(self) -> list[float]:
+        return self.batch.floats(self.at)
 
 
 def _floats(t: Any) -> list[float]:
     """A tensor's values as the shortest decimals that give back its float32 values."""
+    return shortest_float32(t.detach().float().cpu().numpy().reshape(-1))
 
-    return [float(str(v)) for v in t.detach().float().cpu().numpy().reshape(-1)]
+
+def shortest_float32(values: Any) -> list[float]:
+    """Each float32 of ``values`` as the Python float of its shortest decimal that reads back as it
+    (what ``str(numpy.float32(v))`` writes), for the whole array at once: digit by digit, each value
+    rounded to that many significant digits, kept where that gives back the float32."""
+    x = np.asarray(values, dtype=np.float32).reshape(-1)
+    with np.errstate(all="ignore"):
+        wide = x.astype(np.float64)
+        out = wide.copy()  # 0, infinities and NaN are their own shortest form
+        todo = np.isfinite(wide) & (wide != 0)
+        exponent = np.floor(np.log10(np.abs(np.where(todo, wide, 1.0))))
+        # Powers of ten up to 1e22 are exact floats, so k / 10^d and k * 10^d round once: to the
+        # float64 nearest the decimal, whose repr it is. Values needing more are done one by one.
+        exact = todo & (exponent > -14) & (exponent < 14)
+        slow = todo & ~exact
+        todo = exact
+        for digits in range(1, 10):
+            if not todo.any():
+                break
+            scale = digits - 1 - exponent  # decimals kept (negative: tens, hundreds... dropped)
+            power = 10.0 ** np.abs(np.where(todo, scale, 0))
+            candidate = np.where(scale >= 0, np.rint(wide * power) / power, np.rint(wide / power) * power)
+            fits = todo & (candidate.astype(np.float32) == x)
+            out[fits] = candidate[fits]
+            todo &= ~fits
+    for j in np.flatnonzero(slow | todo):
+        out[j] = float(str(x[j]))
+    return out.tolist()
 
 
 def _leaves(roots: Any) -> list[Any]:
@@ -1008,6 +1126,14 @@ def _names(tensors: list[Any], frame: Any) -> dict[int, str]:
         f = f.f_back
         depth += 1
     return names
+
+
+def _at(ev: Event, finding: Event) -> str:
+    """Where ``ev`` ran, as a finding at ``finding`` says it: "line 7", or "line 7 of helpers.py"
+    when it ran in another file."""
+    if ev.file == finding.file:
+        return f"line {ev.line}"
+    return f"line {ev.line} of {os.path.basename(ev.file)}"
 
 
 def _short(name: str) -> str:

@@ -15,8 +15,13 @@ read records rebuilt from the recording's numbers:
 
 Large tensors were recorded by a sample of their elements: such a parameter stands in
 the views as its sample, named so. The loss surface needs the user's model and data,
-which no recording holds; where every parameter was recorded whole, the path is drawn
-over its principal-components plane instead (:func:`path_surface`).
+which no recording holds; the path is drawn over its principal-components plane instead
+(:func:`path_surface`): that of the recorded values, said so where some are samples.
+
+The code panel shows the file of the op at the cursor: the script's, or another file the
+script called into (from the recording's copy, else as it reads now, else a sentence why
+not), and marks the next op's line only where it lies in the file shown, and none after
+the last op. An export's counter counts ops and updates, as the status bar does.
 
 Qt-free: the window, ``gradviz snapshot`` and ``gradviz export`` all replay through it.
 """
@@ -26,7 +31,8 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -94,11 +100,10 @@ class Replay:
         return self.info.runs[0].name
 
     def position(self, tick: int) -> str:
-        """Where the cursor is, for the status bar: "op 7 of 20 · after update 3 of 10"."""
-        if tick < 0:
-            return f"before the first observed op · {self.updates} updates recorded"
-        done = sum(1 for op in self.tape.runs[self.run].ops[: tick + 1] if op == "step")
-        return f"op {tick + 1} of {self.tape.last_tick + 1} · after update {done} of {self.updates}"
+        """Where the cursor is, for the status bar and an export's counter:
+        "op 7 of 20 · after update 3 of 10"."""
+        assert self.info.position is not None
+        return self.info.position(tick)
 
 
 def load_replay(path: str | os.PathLike[str]) -> Replay:
@@ -164,7 +169,7 @@ def replay_of(rec: Recording, where: str = "") -> Replay:
                 layout, (before_grads, before_present), (grads, present), set(ev.get("filled", []))
             )
         before_grads, before_present = grads, present
-        line = ev["line"] if ev["file"] == file else 0
+        line = ev["line"]  # in its own file: the code panel shows the file of the op at the cursor
         op_record = OpRecord(
             run,
             tick,
@@ -217,10 +222,13 @@ def replay_of(rec: Recording, where: str = "") -> Replay:
         path=None,
         lesson=None,
     )
-    source = "\n".join(rec.sources.get(file, []))
-    run_info = RunInfo(name=run, note="", source=source, ops=(), names=names, shapes=shapes, spec=spec)
+    files = _files(rec, events, file, where)
+    source, note = files[file]
+    run_info = RunInfo(name=run, note=note, source=source, ops=(), names=names, shapes=shapes, spec=spec)
+    # The next op's line is marked only where it lies in the file shown: that of the op before it.
     schedule = tuple(
-        (OpSlot("", r.op, 0, r.line, r.line, r.line),) if r.line > 0 else (None,) for r in records
+        (OpSlot("", r.op, 0, r.line if t == 0 or ev["file"] == events[t - 1]["file"] else 0, r.line, r.line),)
+        for t, (r, ev) in enumerate(zip(records, events, strict=True))
     )
     initial_flat = values.params_after(-1)
     g0, p0 = values.grads_after(-1)
@@ -237,39 +245,55 @@ def replay_of(rec: Recording, where: str = "") -> Replay:
         initial={run: initial},
         parameter_count=sum(int(p["numel"]) for p in params),
     )
+    shown_in: dict[str, LabInfo] = {}  # the lab as the code panel shows it, by the file of the op
+    info = replace(
+        info,
+        position=partial(_position, tuple(r.op for r in records), n_updates),
+        code_at=partial(_code_at, tuple(ev["file"] for ev in events), shown_in),
+    )
+    for other, (text, other_note) in files.items():
+        shown = replace(run_info, source=text, note=other_note)
+        shown_in[other] = info if other == file else replace(info, runs=(shown,))
     tape = Tape(info)
     tape.extend(StepResult({run: tuple(entries)}, (), {run: None}, -2, {}, True))
     linked = tuple(LinkedFinding(f, _tick_of(f, events)) for f in rec.findings)
     path: tuple[np.ndarray, ...] = ()
-    if not sampled and params:
+    if params:
         path = (initial_flat, *(r.snapshot.param_flat for r in records if r.op == "step"))
     return Replay(info, tape, linked, file, path, sampled, n_updates, where)
 
 
 def path_surface(replay: Replay) -> PlaneSurface:
     """The recorded path's principal-components plane, with no loss on it (NaN): the recording
-    holds no model or data to evaluate. UserError where the plane cannot be made."""
+    holds no model or data to evaluate. Where tensors were recorded by a sample of their elements,
+    the plane is that of the recorded coordinates, and says so. UserError where none can be made."""
     from gradviz.engine.landscape import fit_extent, pca_plane, project
 
-    if replay.sampled:
-        few = ", ".join(replay.sampled[:3]) + (" and more" if len(replay.sampled) > 3 else "")
-        was = "was" if len(replay.sampled) == 1 else "were"
-        raise UserError(
-            f"{NO_SURFACE} Nor is there a path to draw: {few} {was} recorded by a sample of "
-            "elements, not whole."
-        )
     if len(replay.path) < 3:
         raise UserError(f"{NO_SURFACE} Its path has too few updates for a plane.")
+    path = np.stack(replay.path)
+    if not np.isfinite(path).all():
+        raise UserError(f"{NO_SURFACE} Nor is there a path: some values were not recorded at every update.")
     layout = replay.tape.runs[replay.run].records[0]
     assert layout is not None
     try:
-        plane = pca_plane(np.stack(replay.path), layout.snapshot.layout)
+        plane = pca_plane(path, layout.snapshot.layout)
     except UserError:
         raise UserError(
             f"{NO_SURFACE} Its path does not move in two directions, so it has no plane."
         ) from None
-    (x0, x1), (y0, y1) = fit_extent(project(plane, np.stack(replay.path)).coords)
+    (x0, x1), (y0, y1) = fit_extent(project(plane, path).coords)
     xs, ys = np.linspace(x0, x1, 3), np.linspace(y0, y1, 3)
+    note = f"{NO_SURFACE} The path is drawn over its principal-components plane."
+    if replay.sampled:
+        more = len(replay.sampled) - 2
+        few = ", ".join(replay.sampled[:2]) + (f" and {more} more" if more > 0 else "")
+        note = (
+            f"{NO_SURFACE} The path is drawn over the principal-components plane of the "
+            f"{path.shape[1]:,} values recorded of {replay.info.parameter_count:,} ({few} by a sample "
+            f"of {'its' if len(replay.sampled) == 1 else 'their'} elements): a plane through those "
+            "coordinates only."
+        )
     return PlaneSurface(
         kind="pca",
         plane=plane,
@@ -277,12 +301,59 @@ def path_surface(replay: Replay) -> PlaneSurface:
         ys=ys,
         Z=np.full((3, 3), np.nan),
         final=True,
-        note=f"{NO_SURFACE} The path is drawn over its principal-components plane.",
+        note=note,
         method="none",
     )
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _position(ops: tuple[str, ...], updates: int, tick: int) -> str:
+    if tick < 0:
+        return f"before the first observed op · {updates} updates recorded"
+    done = sum(1 for op in ops[: tick + 1] if op == "step")
+    return f"op {tick + 1} of {len(ops)} · after update {done} of {updates}"
+
+
+def _code_at(files: tuple[str, ...], by_file: Mapping[str, LabInfo], tick: int) -> LabInfo:
+    """The lab showing the file of the op at ``tick`` (the first op's before it)."""
+    return by_file[files[min(max(tick, 0), len(files) - 1)]]
+
+
+def _files(rec: Recording, events: list[dict[str, Any]], main: str, where: str) -> dict[str, tuple[str, str]]:
+    """The source of each file an op ran in, and a note on it for the code panel: as the recording
+    holds it, else as the file reads now (it may have changed since), else a sentence why none."""
+    out: dict[str, tuple[str, str]] = {}
+    sources = rec.sources
+    for file in dict.fromkeys([main, *(ev["file"] for ev in events)]):
+        shown = shown_path(file)
+        if file in sources:
+            text = "\n".join(sources[file])
+            note = "" if file == main else f"{shown}: the op at the cursor ran here, called from the script."
+        else:
+            now = _read_now(file, where)
+            text = now or ""
+            if now is None:
+                note = f"{shown} is neither in the recording nor on this computer: its lines cannot be shown."
+            else:
+                note = f"{shown} as it reads now: the recording holds no copy, so it may have changed since."
+        out[file] = (text, note)
+    return out
+
+
+def _read_now(file: str, where: str) -> str | None:
+    """A user's file as it reads now: at its path, or next to the recording for a relative path."""
+    candidates = [file]
+    if not os.path.isabs(file) and where:
+        candidates.append(os.path.join(os.path.dirname(os.path.abspath(where)), file))
+    for path in candidates:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                return "\n".join(line.rstrip("\r\n") for line in fh)
+        except OSError:
+            continue
+    return None
 
 
 def _main_file(events: list[dict[str, Any]], script: Any) -> str:

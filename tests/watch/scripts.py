@@ -223,19 +223,16 @@ for step in range(6):
 """
 )
 
-EXITS = (
+# The tutorial, then what it was given and its own exit status.
+ARGS_AND_EXIT = (
     TUTORIAL
     + """\
 import sys
+print(" ".join(sys.argv[1:]))
+print(__name__)
 sys.exit(4)
 """
 )
-
-ARGS = """\
-import sys
-print(" ".join(sys.argv[1:]))
-print(__name__)
-"""
 
 # The DCGAN tutorial's shape: two losses into the discriminator, zero_grad of each net before its own.
 DCGAN = """\
@@ -301,5 +298,32 @@ for step in range(3):
     optimizer.step()
     optimizer.zero_grad()
     print(f"grad norm {W.grad.norm():.3f}")
+"""
+)
+
+# A project's helper module: the step runs in a file of its own.
+HELPERS = """\
+# Training helpers kept in their own module, as projects do.
+import torch
+
+
+def update(model, optimizer, max_norm=1.0):
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+"""
+
+# The script that calls it, with a layer too large to record whole (it is sampled), and no zero_grad.
+SEVERAL_FILES = (
+    HEADER
+    + """\
+from helpers import update
+
+model = nn.Sequential(nn.Linear(2, 80), nn.Tanh(), nn.Linear(80, 80), nn.Tanh(), nn.Linear(80, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+for epoch in range(4):
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    update(model, optimizer)
 """
 )

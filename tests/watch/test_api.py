@@ -76,3 +76,19 @@ def test_large_parameters_are_sampled():
 def test_importing_gradviz_stays_cheap():
     code = "import sys, gradviz; gradviz.watch; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_what_a_recording_holds_is_a_copy_the_script_cannot_change_later():
+    w = torch.zeros(3, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.5)
+    with gradviz.watch(steps=2) as rec:
+        for _ in range(5):  # watched for 2 steps; then the script goes on changing w in place
+            opt.zero_grad()
+            (w * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+            opt.step()
+    # One tensor alone in a copy (the values a step read, the values as the watch ended).
+    assert [u["params"]["0"]["values"] for u in rec.updates] == [[0.0, 0.0, 0.0], [-0.5, -1.0, -1.5]]
+    assert rec.data["final"]["0"]["values"] == [-1.0, -2.0, -3.0]
+    backwards = [ev for ev in rec.events if ev["op"] == "backward"]
+    assert [ev["loss"] for ev in backwards] == [0.0, -7.0]
+    assert [ev["grads"]["0"] for ev in backwards] == [[1.0, 2.0, 3.0]] * 2

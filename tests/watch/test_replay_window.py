@@ -11,11 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch._dynamo  # noqa: F401  (a window's worker imports it once painted: done before, it takes no time)
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from tests.watch import scripts
-from tests.watch.test_watch import _line, watch
+from tests.watch.test_watch import _line
 
 
 @pytest.fixture(autouse=True)
@@ -28,12 +29,11 @@ def sandboxed_settings(tmp_path: Path) -> Iterator[None]:
     yield
 
 
-@pytest.fixture(scope="module")
-def forgot(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("forgot")
-    proc = watch(folder, scripts.FORGOT, "-o", "forgot.json")
-    assert proc.returncode == 0, proc.stderr
-    return folder / "forgot.json"
+@pytest.fixture
+def forgot(forgot) -> Path:
+    """The recording of the forgotten zero_grad (watched once for the session)."""
+    assert forgot.proc.returncode == 0, forgot.proc.stderr
+    return forgot.recording
 
 
 @pytest.fixture
@@ -104,3 +104,50 @@ def test_file_open_on_a_bad_recording_shows_one_sentence(window, qtbot, forgot, 
     assert dialog is not None and "cut short" in dialog.text() and "\n" not in dialog.text()
     dialog.accept()
     assert window.controller.replay is not None and window.findings.count() == 1, "the open recording stays"
+
+
+def test_an_op_in_another_file_shows_that_file_and_the_last_op_marks_no_next_line(window, several_files):
+    window.open_scenario(str(several_files.recording))
+    c = window.controller
+    step = _line(scripts.HELPERS, "optimizer.step()")
+    backward = _line(scripts.SEVERAL_FILES, "loss.backward()")
+    c.seek(1)
+    window.redraw()
+    assert window.code.editor.toPlainText().splitlines() == scripts.HELPERS.splitlines()
+    assert window.code.ran == (step, step)
+    assert not window.code.next_line, "the next op (a backward) is in train.py: no line here is marked"
+    assert "helpers.py: the op at the cursor ran here" in window.code.note.text()
+    assert window.narration.text().startswith("optimizer.step() moved"), "quoting the line of helpers.py"
+    c.seek(2)
+    window.redraw()
+    assert "loss.backward()" in window.code.editor.toPlainText() and window.code.ran == (backward, backward)
+    c.seek(c.tape.last_tick - 1)
+    window.redraw()
+    assert not window.code.next_line, "the next op, the step, is in the other file"
+    c.seek(c.tape.last_tick)
+    window.redraw()
+    assert window.code.ran == (step, step) and window.code.next_line is None, (
+        "after the last op: nothing next"
+    )
+
+
+def test_an_exports_frames_count_the_recordings_ops_and_updates_and_show_each_ops_file(several_files):
+    from gradviz.gui.export_frame import FrameStyle
+    from gradviz.gui.export_renderer import FrameRenderer, run_inline
+    from gradviz.watch.replay import load_replay
+
+    replay = load_replay(several_files.recording)
+    renderer = FrameRenderer(
+        str(several_files.recording), FrameStyle((1280, 720), ("surface", "grads", "code"))
+    )
+    run_inline(renderer.open())
+    try:
+        ticks = [0, 1, 7]
+        for tick, _ in zip(ticks, renderer.frames(ticks), strict=True):
+            frame = renderer.frame
+            assert frame.counter.text() == replay.position(tick)
+            shown = frame.views["code"].editor.toPlainText().splitlines()
+            assert shown == (scripts.HELPERS if tick % 2 else scripts.SEVERAL_FILES).splitlines()
+    finally:
+        renderer.close()
+    assert replay.position(7) == "op 8 of 8 · after update 4 of 4"

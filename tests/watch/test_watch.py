@@ -44,7 +44,6 @@ def findings(proc: subprocess.CompletedProcess) -> list[str]:
 @pytest.mark.parametrize(
     "source",
     [
-        scripts.TUTORIAL,
         scripts.DOCS,
         scripts.SET_TO_NONE_FALSE,
         scripts.GAN_DETACH,
@@ -52,7 +51,7 @@ def findings(proc: subprocess.CompletedProcess) -> list[str]:
         scripts.DCGAN,
         scripts.EPOCHS,
     ],
-    ids=["tutorial", "docs", "set-to-none-false", "gan-detach", "manual-sgd", "dcgan", "epochs"],
+    ids=["docs", "set-to-none-false", "gan-detach", "manual-sgd", "dcgan", "epochs"],
 )
 def test_a_correct_loop_gets_no_finding(tmp_path, source):
     proc = watch(tmp_path, source)
@@ -60,13 +59,15 @@ def test_a_correct_loop_gets_no_finding(tmp_path, source):
     assert proc.stderr == ""
 
 
-def test_the_scripts_own_output_passes_through(tmp_path):
-    proc = watch(tmp_path, scripts.TUTORIAL)
+def test_the_tutorial_gets_no_finding_and_its_own_output_passes_through(tutorial):
+    proc = tutorial.proc
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
     assert proc.stdout.startswith("loss ")
 
 
-def test_accumulation_gets_only_the_k_backwards_note(tmp_path):
-    proc = watch(tmp_path, scripts.ACCUMULATION, "--strict")
+def test_accumulation_gets_only_the_k_backwards_note(accumulation):
+    proc = accumulation.proc
     assert proc.returncode == 0, proc.stderr
     step = _line(scripts.ACCUMULATION, "optimizer.step()")
     backward = _line(scripts.ACCUMULATION, "loss.backward()")
@@ -76,9 +77,9 @@ def test_accumulation_gets_only_the_k_backwards_note(tmp_path):
     ]
 
 
-def test_a_forgotten_zero_grad_is_found_at_the_backward(tmp_path):
-    proc = watch(tmp_path, scripts.FORGOT)
-    assert proc.returncode == 0
+def test_a_forgotten_zero_grad_is_found_at_the_backward(forgot):
+    proc = forgot.proc
+    assert proc.returncode == 0, "a warning leaves the script's own exit status"
     backward = _line(scripts.FORGOT, "loss.backward()")
     step = _line(scripts.FORGOT, "optimizer.step()")
     assert findings(proc) == [
@@ -87,10 +88,13 @@ def test_a_forgotten_zero_grad_is_found_at_the_backward(tmp_path):
     ]
 
 
-def test_strict_exits_3_on_a_warning(tmp_path):
-    proc = watch(tmp_path, scripts.FORGOT, "--strict")
+def test_strict_exits_3_on_a_warning_and_steps_limits_the_watch(tmp_path):
+    proc = watch(tmp_path, scripts.FORGOT, "--strict", "--steps", "3", "-o", "rec.json")
     assert proc.returncode == 3
     assert len(findings(proc)) == 1
+    rec = load_recording(tmp_path / "rec.json")
+    assert rec.data["observed_updates"] == 3 and rec.data["stopped"] == "limit"
+    assert [ev["op"] for ev in rec.events].count("step") == 3
 
 
 def test_clearing_between_backward_and_step_learns_nothing(tmp_path):
@@ -167,10 +171,9 @@ def test_info_on_parameters_without_gradients_and_zeros_that_move(tmp_path):
 
 
 def test_arguments_name_and_exit_status_are_the_scripts(tmp_path):
-    proc = watch(tmp_path, scripts.ARGS, args=("--lr", "3", "--steps", "7"))
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["--lr 3 --steps 7", "__main__"]
-    assert watch(tmp_path, scripts.EXITS).returncode == 4
+    proc = watch(tmp_path, scripts.ARGS_AND_EXIT, args=("--lr", "3", "--steps", "7"))
+    assert proc.returncode == 4, proc.stderr
+    assert proc.stdout.splitlines()[-2:] == ["--lr 3 --steps 7", "__main__"]
 
 
 def test_a_missing_or_non_python_file_is_one_sentence(tmp_path):
@@ -190,16 +193,16 @@ def test_a_missing_or_non_python_file_is_one_sentence(tmp_path):
         assert proc.stderr.count("\n") == 1 and what in proc.stderr, proc.stderr
 
 
-def test_the_recording_round_trips(tmp_path):
-    proc = watch(tmp_path, scripts.FORGOT, "--steps", "3", "-o", "rec.json")
+def test_the_recording_round_trips(forgot):
+    proc = forgot.proc
     assert proc.returncode == 0, proc.stderr
-    data = json.loads((tmp_path / "rec.json").read_text())
+    data = json.loads(forgot.recording.read_text())
     assert data["format"] == FORMAT and data["version"] == VERSION
-    rec = load_recording(tmp_path / "rec.json")
+    rec = load_recording(forgot.recording)
     assert [str(f) for f in rec.findings] == findings(proc)
-    assert rec.data["observed_updates"] == 3 and rec.data["stopped"] == "limit"
+    assert rec.data["observed_updates"] == 5 and rec.data["stopped"] == "end"
     ops = [ev["op"] for ev in rec.events]
-    assert ops[:2] == ["backward", "step"] and ops.count("step") == 3
+    assert ops[:2] == ["backward", "step"] and ops.count("step") == 5
     assert {p["name"] for p in rec.params} == {"model.weight", "model.bias"}
     assert all(ev["file"] == "train.py" and ev["line"] > 0 for ev in rec.events)
     first = rec.updates[0]["params"]["0"]
@@ -217,10 +220,9 @@ def _rec(tmp_path: Path, text: str) -> str:
     return message
 
 
-def test_a_broken_recording_is_one_sentence(tmp_path):
-    proc = watch(tmp_path, scripts.TUTORIAL, "-o", "good.json")
-    assert proc.returncode == 0
-    good = (tmp_path / "good.json").read_text()
+def test_a_broken_recording_is_one_sentence(tmp_path, tutorial):
+    assert tutorial.proc.returncode == 0
+    good = tutorial.recording.read_text()
     assert "cut short" in _rec(tmp_path, good[: len(good) // 2])
     future = json.loads(good) | {"version": 99}
     assert "newer gradviz" in _rec(tmp_path, json.dumps(future))
