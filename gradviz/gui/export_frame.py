@@ -352,6 +352,9 @@ class ExportFrame(QWidget):
         head.addWidget(self.caption, 1)
         head.addWidget(self.counter)
         self._caption_points = style.point_size + 2
+        # The type size each caption text fits in, by text and width: a frame is drawn twice
+        # (measured, then rendered), and the same sentence comes back in many frames.
+        self._caption_fits: dict[tuple[str, int, int], float] = {}
 
         body = QHBoxLayout()
         body.setContentsMargins(0, 0, 0, 0)
@@ -419,13 +422,13 @@ class ExportFrame(QWidget):
                 if hasattr(view, "set_point_size"):
                     view.set_point_size(self.frame_style.point_size)
         self._set_caption_points(self._caption_points)
+        self.counter.setStyleSheet(f"font-size: {self.frame_style.point_size:g}pt;")
         # A fixed height for two lines: frames whose sentence is short keep the views in place.
         fix_lines(self.caption, CAPTION_LINES)
 
     def _set_caption_points(self, points: float) -> None:
         self._caption_points = points
         self.caption.setStyleSheet(f"font-size: {points:g}pt;")
-        self.counter.setStyleSheet(f"font-size: {self.frame_style.point_size:g}pt;")
         self.caption.ensurePolished()
 
     def settle(self) -> None:
@@ -754,19 +757,23 @@ class ExportFrame(QWidget):
 
     def _fit_caption(self, text: str) -> None:
         """Show ``text`` in the caption's lines, in smaller type when it would not fit."""
-        points = self.frame_style.point_size + 2
         self.caption.setText(text)
         width = max(self.caption.contentsRect().width() - 16, 50)
         height = self.caption.contentsRect().height() - 8
-        font = self.caption.font()
-        while points > MIN_CAPTION_POINTS:
-            font.setPointSizeF(points)
-            needed = QFontMetrics(font).boundingRect(
-                QRect(0, 0, width, 10_000), Qt.TextFlag.TextWordWrap, text
-            )
-            if needed.height() <= height:
-                break
-            points -= 0.5
+        key = (text, width, height)
+        points = self._caption_fits.get(key)
+        if points is None:
+            points = self.frame_style.point_size + 2
+            font = self.caption.font()
+            while points > MIN_CAPTION_POINTS:
+                font.setPointSizeF(points)
+                needed = QFontMetrics(font).boundingRect(
+                    QRect(0, 0, width, 10_000), Qt.TextFlag.TextWordWrap, text
+                )
+                if needed.height() <= height:
+                    break
+                points -= 0.5
+            self._caption_fits[key] = points
         if points != self._caption_points:
             self._set_caption_points(points)
 
