@@ -355,6 +355,8 @@ class ExportFrame(QWidget):
         # The type size each caption text fits in, by text and width: a frame is drawn twice
         # (measured, then rendered), and the same sentence comes back in many frames.
         self._caption_fits: dict[tuple[str, int, int], float] = {}
+        # The narration of each moment drawn, once every record it reads is at hand.
+        self._captions: dict[tuple[int, int, bool, str | None], str] = {}
 
         body = QHBoxLayout()
         body.setContentsMargins(0, 0, 0, 0)
@@ -745,9 +747,19 @@ class ExportFrame(QWidget):
         if self.frame_style.caption:
             code = self.views.get("code")
             if caption is None:
-                caption = caption_text(moment, code.run_name if code is not None else None)
+                caption = self._narration(moment, code.run_name if code is not None else None)
             self._fit_caption(caption)
             self.counter.setText(position_text(moment.tick, moment.info.ticks_per_iteration))
+
+    def _narration(self, moment: Moment, run: str | None) -> str:
+        """:func:`caption_text` of ``moment``, made once for the frame measured and then rendered."""
+        key = (moment.tick, moment.tape.last_tick, moment.hide_future, run)
+        text = self._captions.get(key)
+        if text is None:
+            text = caption_text(moment, run)
+            if not moment.tape.missing(moment.tick):  # a record still being rebuilt changes it
+                self._captions[key] = text
+        return text
 
     def reserve_counter(self, widest: str) -> None:
         """Fix the counter's width to fit ``widest``, so the caption's box keeps one size in every frame."""
