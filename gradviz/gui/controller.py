@@ -384,8 +384,10 @@ class Controller(QObject):
 
     # ----------------------------------------------------------------- fetch
     def _fetch_missing(self) -> None:
-        if self.tape is None or self.playing or self._fetching:
+        if self.tape is None or self._fetching:
             return
+        if self.playing and not self.tape.info.full_records:
+            return  # rebuilding every op of a large model would hold Play back
         keys = self.tape.missing(self.cursor)
         if keys:
             self._fetching = True
@@ -395,7 +397,7 @@ class Controller(QObject):
         self._fetching = False
         if generation != self.generation or self.tape is None:
             return
-        self.tape.fetched.update(records)
+        self.tape.add_fetched(records)
         self.changed.emit()
 
     # ------------------------------------------------------------------ play

@@ -352,6 +352,11 @@ class ExportFrame(QWidget):
         head.addWidget(self.caption, 1)
         head.addWidget(self.counter)
         self._caption_points = style.point_size + 2
+        # The type size each caption text fits in, by text and width: a frame is drawn twice
+        # (measured, then rendered), and the same sentence comes back in many frames.
+        self._caption_fits: dict[tuple[str, int, int], float] = {}
+        # The narration of each moment drawn, once every record it reads is at hand.
+        self._captions: dict[tuple[int, int, bool, str | None], str] = {}
 
         body = QHBoxLayout()
         body.setContentsMargins(0, 0, 0, 0)
@@ -419,13 +424,13 @@ class ExportFrame(QWidget):
                 if hasattr(view, "set_point_size"):
                     view.set_point_size(self.frame_style.point_size)
         self._set_caption_points(self._caption_points)
+        self.counter.setStyleSheet(f"font-size: {self.frame_style.point_size:g}pt;")
         # A fixed height for two lines: frames whose sentence is short keep the views in place.
         fix_lines(self.caption, CAPTION_LINES)
 
     def _set_caption_points(self, points: float) -> None:
         self._caption_points = points
         self.caption.setStyleSheet(f"font-size: {points:g}pt;")
-        self.counter.setStyleSheet(f"font-size: {self.frame_style.point_size:g}pt;")
         self.caption.ensurePolished()
 
     def settle(self) -> None:
@@ -746,11 +751,21 @@ class ExportFrame(QWidget):
             code = self.views.get("code")
             if caption is None:
                 said = moment if shown is None else replace(moment, info=shown)  # quotes the file shown
-                caption = caption_text(said, code.run_name if code is not None else None)
+                caption = self._narration(said, code.run_name if code is not None else None)
             self._fit_caption(caption)
             info = moment.info
             where = info.position or (lambda tick: position_text(tick, info.ticks_per_iteration))
             self.counter.setText(where(moment.tick))
+
+    def _narration(self, moment: Moment, run: str | None) -> str:
+        """:func:`caption_text` of ``moment``, made once for the frame measured and then rendered."""
+        key = (moment.tick, moment.tape.last_tick, moment.hide_future, run)
+        text = self._captions.get(key)
+        if text is None:
+            text = caption_text(moment, run)
+            if not moment.tape.missing(moment.tick):  # a record still being rebuilt changes it
+                self._captions[key] = text
+        return text
 
     def reserve_counter(self, widest: str) -> None:
         """Fix the counter's width to fit ``widest``, so the caption's box keeps one size in every frame."""
@@ -760,19 +775,23 @@ class ExportFrame(QWidget):
 
     def _fit_caption(self, text: str) -> None:
         """Show ``text`` in the caption's lines, in smaller type when it would not fit."""
-        points = self.frame_style.point_size + 2
         self.caption.setText(text)
         width = max(self.caption.contentsRect().width() - 16, 50)
         height = self.caption.contentsRect().height() - 8
-        font = self.caption.font()
-        while points > MIN_CAPTION_POINTS:
-            font.setPointSizeF(points)
-            needed = QFontMetrics(font).boundingRect(
-                QRect(0, 0, width, 10_000), Qt.TextFlag.TextWordWrap, text
-            )
-            if needed.height() <= height:
-                break
-            points -= 0.5
+        key = (text, width, height)
+        points = self._caption_fits.get(key)
+        if points is None:
+            points = self.frame_style.point_size + 2
+            font = self.caption.font()
+            while points > MIN_CAPTION_POINTS:
+                font.setPointSizeF(points)
+                needed = QFontMetrics(font).boundingRect(
+                    QRect(0, 0, width, 10_000), Qt.TextFlag.TextWordWrap, text
+                )
+                if needed.height() <= height:
+                    break
+                points -= 0.5
+            self._caption_fits[key] = points
         if points != self._caption_points:
             self._set_caption_points(points)
 

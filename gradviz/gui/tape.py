@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Mapping
+from array import array
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -68,6 +69,8 @@ class LabInfo:
     # The lab as the code panel shows it after a tick, for one whose ops ran in several files (a
     # replayed recording): its run's source is the file of that op. None: one source throughout.
     code_at: Callable[[int], LabInfo] | None = None
+    # Full records the lab keeps per run (its recent past); None: every one (a recording, whole).
+    recent: int | None = None
 
     def run_index(self, name: str) -> int:
         return next(i for i, r in enumerate(self.runs) if r.name == name)
@@ -114,6 +117,7 @@ def describe_lab(lab: Lab, restore: Mapping[str, tuple[str, ...]] | None = None)
         initial={r.name: lab.initial(r.name) for r in lab.runs},
         parameter_count=parameter_count(lab),
         stops=resolve_stops(lab) if lab.scenario.lesson is not None else (),
+        recent=lab.history[lab.runs[0].name].recent_limit,
     )
 
 
@@ -253,26 +257,131 @@ class PlaneSurface:
         return (float(self.xs[0]), float(self.xs[-1])), (float(self.ys[0]), float(self.ys[-1]))
 
 
-@dataclass
-class RunTape:
-    """The columns of one run's ops, in the order they happened."""
+T = TypeVar("T")
 
-    name: str
-    ticks: list[int] = field(default_factory=list)
-    ops: list[str] = field(default_factory=list)
-    lines: list[int] = field(default_factory=list)
-    loss: list[float] = field(default_factory=list)
-    grad_norm: list[float] = field(default_factory=list)
-    param_norm: list[float] = field(default_factory=list)
-    statuses: list[str] = field(default_factory=list)
-    records: list[OpRecord | None] = field(default_factory=list)
-    graphs: list[Any] = field(default_factory=list)
-    # How many backward() calls .grad holds after each op (none since the last zero_grad).
-    backwards: list[int] = field(default_factory=list)
-    error: str | None = None
+# Captured autograd graphs the window keeps per run: those of the recent ops only (a graph holds
+# the values on every edge; the graph view draws the newest, and the lab keeps none to rebuild).
+GRAPHS_KEPT = 2_000
+# Records rebuilt by the lab for a moment gone back to, kept while the cursor stays near them.
+FETCHED_KEPT = 64
+
+
+class Recent(Sequence[T | None], Generic[T]):
+    """One value per op, kept for the newest ``limit`` ops only (every op when ``limit`` is None).
+
+    Indexed by op like a list of every op; an op no longer kept reads as ``None``.
+    Dropped a slice at a time, so each drop's cost is spread over many ops.
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
+        self._trim_at = None if limit is None else limit + max(1, limit // 8)
+        self.first = 0  # the op index of the oldest value kept
+        self._kept: list[T | None] = []
+
+    def __len__(self) -> int:
+        return self.first + len(self._kept)
+
+    @overload
+    def __getitem__(self, i: int) -> T | None: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[T | None]: ...
+    def __getitem__(self, i: int | slice) -> T | list[T | None] | None:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self._kept[i - self.first] if i >= self.first else None
+
+    def append(self, value: T | None) -> None:
+        self._kept.append(value)
+        if self._trim_at is not None and self.limit is not None and len(self._kept) >= self._trim_at:
+            drop = len(self._kept) - self.limit
+            del self._kept[:drop]
+            self.first += drop
+
+    def truncate(self, keep: int) -> None:
+        """Forget every op from index ``keep`` on."""
+        del self._kept[max(keep - self.first, 0) :]
+        self.first = min(self.first, keep)
+
+
+class Coded(Sequence[str]):
+    """A column of a few distinct words (op names, statuses), one byte per op."""
+
+    def __init__(self) -> None:
+        self._words: list[str] = []
+        self._codes: dict[str, int] = {}
+        self._column = array("B")
+
+    def __len__(self) -> int:
+        return len(self._column)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        words = self._words
+        if isinstance(i, slice):
+            return [words[c] for c in self._column[i]]
+        return words[self._column[i]]
+
+    def append(self, word: str) -> None:
+        code = self._codes.get(word)
+        if code is None:
+            code = self._codes[word] = len(self._words)
+            self._words.append(word)
+        self._column.append(code)
+
+    def truncate(self, keep: int) -> None:
+        del self._column[keep:]
+
+
+class RunTape:
+    """The columns of one run's ops, in the order they happened, in bounded memory.
+
+    Every op keeps its tick, op, line, loss, norms, status and how many backward calls
+    ``.grad`` holds, in compact columns (what the timeline and the views' lookups read).
+    Full records and captured graphs are kept for the recent past only: ``records_kept``
+    (the lab's own recent past, so the window holds the lab's records rather than copies)
+    and :data:`GRAPHS_KEPT`; older records are rebuilt by the lab when a moment needs them
+    (:meth:`Tape.missing`).
+    """
+
+    def __init__(self, name: str, records_kept: int | None = None) -> None:
+        self.name = name
+        self.ticks = array("i")
+        self.ops = Coded()
+        self.lines = array("i")
+        self.loss = array("d")  # as PyTorch gave it
+        self.grad_norm = array("f")  # the lab keeps the norms in single precision
+        self.param_norm = array("f")
+        self.statuses = Coded()
+        self.records: Recent[OpRecord] = Recent(records_kept)
+        self.graphs: Recent[Any] = Recent(GRAPHS_KEPT if records_kept is not None else None)
+        # How many backward() calls .grad holds after each op (none since the last zero_grad).
+        self.backwards = array("i")
+        self.error: str | None = None
 
     def __len__(self) -> int:
         return len(self.ticks)
+
+    def append(self, e: Entry) -> None:
+        """Add one op as the worker reported it."""
+        self.ticks.append(e.tick)
+        self.ops.append(e.op)
+        self.lines.append(e.line)
+        self.loss.append(e.loss)
+        self.grad_norm.append(e.grad_norm)
+        self.param_norm.append(e.param_norm)
+        self.statuses.append(e.status)
+        self.records.append(e.record)
+        self.graphs.append(e.graph)
+        held = self.backwards[-1] if self.backwards else 0
+        self.backwards.append(0 if e.op == "zero_grad" else held + (e.op == "backward"))
 
     def index_at(self, tick: int) -> int:
         """Index of the last op at or before ``tick``; -1 when there is none."""
@@ -280,19 +389,25 @@ class RunTape:
 
     def truncate(self, tick: int) -> None:
         keep = self.index_at(tick) + 1
-        for column in (
-            self.ticks,
-            self.ops,
-            self.lines,
-            self.loss,
-            self.grad_norm,
-            self.param_norm,
-            self.statuses,
-            self.records,
-            self.graphs,
-            self.backwards,
-        ):
+        for column in (self.ticks, self.lines, self.loss, self.grad_norm, self.param_norm, self.backwards):
             del column[keep:]
+        for coded in (self.ops, self.statuses):
+            coded.truncate(keep)
+        self.records.truncate(keep)
+        self.graphs.truncate(keep)
+
+    def needed(self, index: int) -> list[int]:
+        """The ops whose records a moment just after op ``index`` reads: the op, the one before,
+        the backward whose gradient ``.grad`` still holds, and the step that follows."""
+        out = [j for j in (index - 1, index) if j >= 0]
+        j = index
+        while j >= 0 and self.ops[j] not in ("backward", "zero_grad"):
+            j -= 1
+        if j >= 0 and self.ops[j] == "backward" and j not in out:
+            out.append(j)
+        if index + 1 < len(self) and self.ops[index + 1] == "step":
+            out.append(index + 1)
+        return out
 
 
 class Tape:
@@ -300,10 +415,10 @@ class Tape:
 
     def __init__(self, info: LabInfo) -> None:
         self.info = info
-        self.runs = {r.name: RunTape(r.name) for r in info.runs}
-        self.op_ticks: list[int] = []
-        self.distance_ticks: list[int] = []
-        self.distance: list[list[float]] = [[] for _ in info.runs[1:]]
+        self.runs = {r.name: RunTape(r.name, info.recent) for r in info.runs}
+        self.op_ticks = array("i")
+        self.distance_ticks = array("i")
+        self.distance = [array("d") for _ in info.runs[1:]]
         self.preview_tick = -2
         self.previews: Mapping[str, dict[str, np.ndarray]] = {}
         self.fetched: dict[tuple[str, int], OpRecord] = {}
@@ -320,17 +435,7 @@ class Tape:
         for name, entries in result.entries.items():
             rt = self.runs[name]
             for e in entries:
-                rt.ticks.append(e.tick)
-                rt.ops.append(e.op)
-                rt.lines.append(e.line)
-                rt.loss.append(e.loss)
-                rt.grad_norm.append(e.grad_norm)
-                rt.param_norm.append(e.param_norm)
-                rt.statuses.append(e.status)
-                rt.records.append(e.record)
-                rt.graphs.append(e.graph)
-                held = rt.backwards[-1] if rt.backwards else 0
-                rt.backwards.append(0 if e.op == "zero_grad" else held + (e.op == "backward"))
+                rt.append(e)
                 ticks.add(e.tick)
             rt.error = result.errors.get(name, rt.error)
         self.op_ticks.extend(sorted(t for t in ticks if t > self.last_tick))
@@ -347,14 +452,20 @@ class Tape:
         for rt in self.runs.values():
             rt.truncate(-1)
             rt.error = None
-        self.op_ticks.clear()
-        self.distance_ticks.clear()
+        del self.op_ticks[:]
+        del self.distance_ticks[:]
         for column in self.distance:
-            column.clear()
+            del column[:]
         self.fetched.clear()
         self.preview_tick = -2
         self.previews = {}
         self.stopped = False
+
+    def add_fetched(self, records: Mapping[tuple[str, int], OpRecord]) -> None:
+        """Keep records the lab rebuilt, and only the newest :data:`FETCHED_KEPT` of them."""
+        self.fetched.update(records)
+        for key in list(self.fetched)[: max(0, len(self.fetched) - FETCHED_KEPT)]:
+            del self.fetched[key]
 
     # ------------------------------------------------------------- lookups
     def record(self, run: str, index: int) -> OpRecord | None:
@@ -372,9 +483,8 @@ class Tape:
         """Records the views need at ``tick`` that only the worker can rebuild."""
         out = []
         for name, rt in self.runs.items():
-            i = rt.index_at(tick)
-            for j in (i - 1, i):
-                if j >= 0 and rt.records[j] is None and (name, j) not in self.fetched:
+            for j in rt.needed(rt.index_at(tick)):
+                if rt.records[j] is None and (name, j) not in self.fetched:
                     out.append((name, j))
         return out
 

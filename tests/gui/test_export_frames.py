@@ -225,3 +225,30 @@ def test_inspector_rows_and_the_code_s_scroll_hold_still(qapp, scenario: str) ->
         loop = code.loop_rows()
         last = editor.cursorForPosition(QPoint(0, editor.viewport().height() - 2)).blockNumber()
         assert tops[0] <= loop.start and loop.stop - 1 <= last
+
+
+# --- the caption's type -----------------------------------------------------------------------------
+
+
+def test_a_long_caption_gets_smaller_type_that_fits_and_a_short_one_the_full_size_again(qapp) -> None:
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QFontMetrics
+
+    with renderer("forgot-zero-grad", (640, 480), ("surface",)) as r:
+        frame = r.frame
+        run_inline(r.prepare(plan_of(r, ops=4).ticks()))
+        full = frame.frame_style.point_size + 2
+        short = "yours: forward() computed the loss."
+        long = " ".join([short] * 8)
+        sizes = []
+        for text in (short, long, short, long):
+            r.render(caption=text)
+            font = frame.caption.font()
+            rect = frame.caption.contentsRect()
+            needed = QFontMetrics(font).boundingRect(
+                QRect(0, 0, rect.width() - 16, 10_000), Qt.TextFlag.TextWordWrap, text
+            )
+            assert needed.height() <= rect.height() - 8, (text, font.pointSizeF())
+            sizes.append(font.pointSizeF())
+        assert sizes[0] == sizes[2] == full
+        assert sizes[1] == sizes[3] < full, "the same sentence gets the same type in every frame"

@@ -68,7 +68,7 @@ def test_narration_of_the_two_batch_example_uses_pytorchs_numbers() -> None:
 def test_tape_lookups_by_tick() -> None:
     moment = _lab_moment("forgot-zero-grad", 8)
     tape = moment.tape
-    assert tape.op_ticks == list(range(8))
+    assert list(tape.op_ticks) == list(range(8))
     assert tape.runs["yours"].index_at(0) == -1, "yours has no op at tick 0 (it skips zero_grad)"
     assert tape.snap(3.7) == 3 and tape.snap(-0.2) == -1
     assert tape.prev_op_tick(0) == -1 and tape.next_op_tick(7) is None

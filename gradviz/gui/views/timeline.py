@@ -8,7 +8,7 @@ ends with a cross.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -677,7 +677,7 @@ def _finite_or_gap(values: Any) -> np.ndarray:
     return np.where(np.isfinite(a), a, np.nan)
 
 
-def _last_finite(values: list[float], n: int) -> int | None:
+def _last_finite(values: Sequence[float], n: int) -> int | None:
     """The index of the last finite positive value among the first ``n`` (where a diverged run ends)."""
     for j in range(n - 1, -1, -1):
         v = values[j]
