@@ -6,14 +6,21 @@ from __future__ import annotations
 import numpy as np
 
 from gradviz.engine import Lab, load_scenario
+from gradviz.engine.scenario import Scenario
 from gradviz.gui.tape import GRAPHS_KEPT, Entry, Moment, Recent, StepResult, Tape, describe_lab, entries_since
 
 RECENT = 40
 
 
+def _scenario(ticks: int) -> Scenario:
+    """forgot-zero-grad, at least long enough for ``ticks`` ticks and a few more (4 an iteration)."""
+    builtin = load_scenario("forgot-zero-grad")
+    return builtin.with_overrides(iterations=max(builtin.iterations, ticks // 4 + 4))
+
+
 def _played(ticks: int, recent: int = RECENT) -> tuple[Lab, Tape]:
     """A lab keeping ``recent`` full records per run, stepped ``ticks`` ticks a few at a time as Play does."""
-    lab = Lab(load_scenario("forgot-zero-grad"), recent=recent)
+    lab = Lab(_scenario(ticks), recent=recent)
     info = describe_lab(lab)
     tape = Tape(info)
     known = {r.name: 0 for r in lab.runs}
@@ -46,7 +53,7 @@ def test_the_tape_holds_the_labs_recent_records_themselves_and_every_ops_columns
 
 def test_a_moment_gone_back_to_shows_the_records_of_that_op_rebuilt_exactly() -> None:
     lab, tape = _played(1_000)
-    reference = Lab(load_scenario("forgot-zero-grad"))  # keeps every record
+    reference = Lab(_scenario(1_000))  # keeps every record
     reference.run_iterations(1_000 // lab.ticks_per_iteration + 1)
     tick = 401  # yours' forward: the backward two ops before it still fills .grad
     moment = Moment(tape.info, tape, tick)

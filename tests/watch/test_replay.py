@@ -134,7 +134,7 @@ def test_an_op_in_another_file_shows_that_files_line_and_the_next_line_only_wher
     backward = _line(scripts.SEVERAL_FILES, "loss.backward()")
     step = _line(scripts.HELPERS, "optimizer.step()")
     assert replay.run == "train.py" and tape.ops[:2] == ["backward", "step"]
-    assert tape.lines[:2] == [backward, step]
+    assert list(tape.lines[:2]) == [backward, step]
     script, helpers = replay.info.code_at(0), replay.info.code_at(1)
     assert script is replay.info and replay.info.code_at(-1) is replay.info
     assert script.runs[0].source.splitlines() == scripts.SEVERAL_FILES.splitlines()
