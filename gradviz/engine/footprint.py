@@ -116,6 +116,17 @@ def wanted(scenario: Scenario) -> bool:
     return lesson.leads("memory") or any(r.quantity in READS for r in reads)
 
 
+def peak_saved(footprints: Iterable[Footprint | None]) -> int | None:
+    """The most bytes held saved for backward after any of ``footprints``; None where none counted them.
+
+    Saved tensors are only added during a forward and only freed by a backward or a
+    dropped graph, so the most held after any op of an iteration is the most held
+    during it: after ``step()`` the figure says what the forward passes cost.
+    """
+    counted = [f.saved for f in footprints if f is not None and f.saved is not None]
+    return max(counted) if counted else None
+
+
 def can_count_saved(order: Sequence[str]) -> bool:
     """Whether counting saved tensors leaves the loop's behaviour alone: no ``step`` between
     its ``forward`` and ``backward`` (a step there changes saved weights in place, which
