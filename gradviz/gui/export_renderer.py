@@ -49,6 +49,27 @@ KEEP_FIRST_GRADS = ("grads", "surface", "code", "timeline")
 # Quantities only the .grad inspector shows (its lr and memory readouts, the optimizer's state):
 # a lesson that leads with one is about the inspector.
 INSPECTOR_ONLY = ("lr", "memory", "state")
+# A lesson whose questions read what autograd holds or walks (the bytes saved for backward, the
+# nodes a backward walked) shows it over time in the timeline's saved row, and the graph walked in
+# the autograd graph: they are its evidence, kept before the code and the inspector's many rows.
+AUTOGRAD_READS = ("saved", "nodes")
+KEEP_FIRST_AUTOGRAD = ("timeline", "graph", "code", "grads", "surface")
+
+
+def autograd_reads(lesson: Lesson | None) -> set[str]:
+    """Which of :data:`AUTOGRAD_READS` the lesson's questions read."""
+    if lesson is None:
+        return set()
+    reads = {q.read.quantity for stop in lesson.stops for q in stop.questions if q.read is not None}
+    return reads & set(AUTOGRAD_READS)
+
+
+def with_evidence(views: Sequence[str], lesson: Lesson | None) -> tuple[str, ...]:
+    """``views`` and the autograd graph, where the lesson asks how many nodes a backward walks and
+    leaves the surface out: the graph then takes the surface's place."""
+    if "nodes" in autograd_reads(lesson) and lesson is not None and lesson.surface == "none":
+        return tuple(dict.fromkeys((*views, "graph")))
+    return tuple(views)
 
 
 def keep_order(views: Sequence[str], lesson: Lesson | None) -> tuple[str, ...]:
@@ -57,24 +78,28 @@ def keep_order(views: Sequence[str], lesson: Lesson | None) -> tuple[str, ...]:
     The surface and the code stay longest, then the ``.grad`` inspector, then the
     timeline; a lesson that leads with ``.grad`` quantities of named parameters,
     or with what only the inspector shows (lr, memory, the optimizer's state), is
-    about the inspector: it stays longest.
+    about the inspector: it stays longest. A lesson that asks what autograd saves
+    or walks keeps its evidence longest: the timeline, then the graph.
     """
     leads_grads = lesson is not None and (
         (bool(lesson.show) and bool(lesson.params)) or any(q in INSPECTOR_ONLY for q in lesson.show)
     )
-    order = KEEP_FIRST_GRADS if leads_grads else KEEP_FIRST
+    order: tuple[str, ...] = KEEP_FIRST_GRADS if leads_grads else KEEP_FIRST
+    if autograd_reads(lesson):
+        order = KEEP_FIRST_AUTOGRAD
     return (*(v for v in order if v in views), *(v for v in views if v not in order))
 
 
 def fit_candidates(views: Sequence[str], lesson: Lesson | None) -> list[tuple[str, ...]]:
-    """The view sets a default export tries, in order: ``views`` less what the lesson leaves out,
-    then fewer, each set before any that lacks a view it keeps longer (see :func:`keep_order`).
+    """The view sets a default export tries, in order: ``views`` less what the lesson leaves out
+    (with the autograd graph where it holds the lesson's evidence, :func:`with_evidence`), then
+    fewer, each set before any that lacks a view it keeps longer (see :func:`keep_order`).
 
     With the usual order that is every view; no timeline; no ``.grad`` inspector (a timeline
     may still fit where the inspector does not); neither; and only then sets without the code,
     and last without the surface. Each set keeps the layout's order.
     """
-    shown = views_for(lesson, views) or tuple(views)
+    shown = with_evidence(views_for(lesson, views) or tuple(views), lesson)
     ranked = keep_order(shown, lesson)
     n = len(ranked)
     out = []
@@ -154,6 +179,8 @@ class FrameRenderer:
         lesson = self.info.scenario.lesson
         if self.style.fit:
             self._candidates = fit_candidates(self.style.views, lesson)
+            if "graph" in self._candidates[0] and "graph" not in self.style.views:
+                self.controller.capture_graphs(True)  # from the first op, none performed yet
         # Whether the size holds the views is known once every frame's content is: see prepare().
         self.frame = self._build(self._candidates[0])
 

@@ -434,50 +434,83 @@ class EndLabels:
         box = self.plot.getViewBox()
         (x0, x1), (y0, y1) = box.viewRange()
         w, h = box.width(), box.height()
-        line = QFontMetrics(self.font).height()
+        line = QFontMetrics(self.font).height() + 3  # a line of text and its backing's margins
         ends = [(i, e) for i, e in enumerate(self.ends) if e is not None and np.isfinite(e[1])]
         if w <= 0 or h <= 0 or x1 <= x0 or y1 <= y0 or not ends:
             for item in self.items:
                 item.setVisible(False)
             return
-        # Pixels down from the row's top; runs whose names would touch share a line.
-        at = sorted(((y1 - e[1]) / (y1 - y0) * h, i, e) for i, e in ends)
-        groups: list[list[tuple[float, int, tuple[float, float, str]]]] = []
-        for point in at:
-            if groups and point[0] - groups[-1][-1][0] < line:
-                groups[-1].append(point)
+
+        def px(x: float) -> float:
+            return (x - x0) / (x1 - x0) * w
+
+        def py(y: float) -> float:  # pixels down from the row's top
+            return (y1 - y) / (y1 - y0) * h
+
+        # Runs whose series end at the same place share one line.
+        groups: list[list[tuple[int, tuple[float, float, str]]]] = []
+        for i, e in sorted(ends, key=lambda end: py(end[1][1])):
+            near = (
+                g
+                for g in groups
+                if abs(py(e[1]) - py(g[0][1][1])) < line and abs(px(e[0]) - px(g[0][1][0])) < line
+            )
+            group = next(near, None)
+            if group is None:
+                groups.append([(i, e)])
             else:
-                groups.append([point])
-        rows = [sum(p[0] for p in g) / len(g) for g in groups]
-        for k in range(1, len(rows)):
-            rows[k] = max(rows[k], rows[k - 1] + line)
-        rows = [min(r, h - line / 2 - (len(rows) - 1 - k) * line) for k, r in enumerate(rows)]
-        rows = [max(r, line / 2) for r in rows]
+                group.append((i, e))
         while len(self.items) < len(groups):
             item = pg.TextItem(anchor=(0, 0.5), fill=pg.mkBrush(self._backing()))
+            item.textItem.document().setDocumentMargin(1)  # lines as tight as the row needs
             item.textItem.setFont(self.font)
             item.setZValue(25)
             self.plot.addItem(item, ignoreBounds=True)
             self.items.append(item)
             self._html.append("")
-        for k, (item, group, row) in enumerate(zip(self.items, groups, rows, strict=False)):
+        placed: list[tuple[float, float, float]] = []  # each line's left and right edge and its middle
+        for k, (item, group) in enumerate(zip(self.items, groups, strict=False)):
             html = "&nbsp;·&nbsp;".join(
-                f"<span style='color:{self.colours[i].name()}'>{e[2]}</span>" for _, i, e in group
+                f"<span style='color:{self.colours[i].name()}'>{e[2]}</span>" for i, e in group
             )
             if self._html[k] != html:
                 item.setHtml(html)
                 self._html[k] = html
-            x = max(e[0] for _, _, e in group)
-            px = (x - x0) / (x1 - x0) * w
+            end_x = px(max(e[0] for _, e in group))
             width = item.textItem.boundingRect().width()
-            # Right of the dot, else left of it, else as near as the row's edges allow.
-            left = px + 6 if px + 6 + width <= w else px - 6 - width
+            # Right of the marker, else left of it, else as near as the row's edges allow.
+            left = end_x + 6 if end_x + 6 + width <= w else end_x - 6 - width
             left = min(max(left, 0.0), max(w - width, 0.0))
+            want = sum(py(e[1]) for _, e in group) / len(group)
+            row = _free_row(want, left, left + width, placed, line, h)
+            placed.append((left, left + width, row))
             item.setAnchor((0, 0.5))
             item.setPos(x0 + left / w * (x1 - x0), y1 - row / h * (y1 - y0))
             item.setVisible(True)
         for item in self.items[len(groups) :]:
             item.setVisible(False)
+
+
+def _free_row(
+    want: float,
+    left: float,
+    right: float,
+    placed: list[tuple[float, float, float]],
+    line: float,
+    height: float,
+) -> float:
+    """The middle of a line of text nearest ``want`` (pixels down) that keeps a line's height from
+    every placed line it shares columns with, inside ``height`` where it can."""
+    inside = min(max(want, line / 2), max(height - line / 2, line / 2))
+    clash = [row for lo, hi, row in placed if lo < right and left < hi]
+    for row in sorted(
+        [inside] + [r + line for r in clash] + [r - line for r in clash], key=lambda r: abs(r - want)
+    ):
+        if line / 2 - 0.5 <= row <= height - line / 2 + 0.5 and all(
+            abs(row - r) >= line - 0.5 for r in clash
+        ):
+            return row
+    return inside
 
 
 @functools.cache
@@ -802,6 +835,7 @@ class TimelineView(QWidget):
         self._tape_n = 0
         self._tape_k = 1
         self._letters_key = None
+        self._moment = None  # a moment of the lab before
         self.tape_letters.setData([], [])
         for e in self.ends:
             self.plots["loss"].removeItem(e)
