@@ -50,24 +50,17 @@ KEEP_FIRST_GRADS = ("grads", "surface", "code", "timeline")
 # a lesson that leads with one is about the inspector.
 INSPECTOR_ONLY = ("lr", "memory", "state")
 # A lesson whose questions read what autograd holds or walks (the bytes saved for backward, the
-# nodes a backward walked) shows it over time in the timeline's saved row, and the graph walked in
-# the autograd graph: they are its evidence, kept before the code and the inspector's many rows.
-AUTOGRAD_READS = ("saved", "nodes")
+# nodes a backward walked) shows them over time in the timeline's saved and walked rows, and the
+# graph walked in the autograd graph: they are its evidence, kept before the code and the inspector.
 KEEP_FIRST_AUTOGRAD = ("timeline", "graph", "code", "grads", "surface")
-
-
-def autograd_reads(lesson: Lesson | None) -> set[str]:
-    """Which of :data:`AUTOGRAD_READS` the lesson's questions read."""
-    if lesson is None:
-        return set()
-    reads = {q.read.quantity for stop in lesson.stops for q in stop.questions if q.read is not None}
-    return reads & set(AUTOGRAD_READS)
 
 
 def with_evidence(views: Sequence[str], lesson: Lesson | None) -> tuple[str, ...]:
     """``views`` and the autograd graph, where the lesson asks how many nodes a backward walks and
     leaves the surface out: the graph then takes the surface's place."""
-    if "nodes" in autograd_reads(lesson) and lesson is not None and lesson.surface == "none":
+    from gradviz.engine.footprint import lesson_reads
+
+    if lesson is not None and lesson.surface == "none" and "nodes" in lesson_reads(lesson):
         return tuple(dict.fromkeys((*views, "graph")))
     return tuple(views)
 
@@ -81,11 +74,13 @@ def keep_order(views: Sequence[str], lesson: Lesson | None) -> tuple[str, ...]:
     about the inspector: it stays longest. A lesson that asks what autograd saves
     or walks keeps its evidence longest: the timeline, then the graph.
     """
+    from gradviz.engine.footprint import lesson_reads
+
     leads_grads = lesson is not None and (
         (bool(lesson.show) and bool(lesson.params)) or any(q in INSPECTOR_ONLY for q in lesson.show)
     )
     order: tuple[str, ...] = KEEP_FIRST_GRADS if leads_grads else KEEP_FIRST
-    if autograd_reads(lesson):
+    if lesson_reads(lesson):
         order = KEEP_FIRST_AUTOGRAD
     return (*(v for v in order if v in views), *(v for v in views if v not in order))
 

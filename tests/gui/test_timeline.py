@@ -198,3 +198,31 @@ def test_a_lesson_about_what_autograd_holds_keeps_its_evidence_first() -> None:
     assert keep_order(first, rnn)[:2] == ("timeline", "graph")
     plain = load_scenario("standard-loop").lesson
     assert "graph" not in fit_candidates(DEFAULT_VIEWS, plain)[0]
+
+
+def test_the_nodes_each_backward_walked_show_the_graph_growing_without_detach(open_window, qtbot) -> None:
+    w = open_window("rnn-tbptt")
+    c = w.controller
+    _step(qtbot, w, 7)  # three chunks: three backward() calls (run keep raised at its second)
+    tl = w.timeline
+    assert tl.plots["nodes"].isVisible()
+    walked = {}
+    for i, run in enumerate(c.info.runs):
+        rt = c.tape.runs[run.name]
+        backs = [c.tape.record(run.name, j) for j, op in enumerate(rt.ops) if op == "backward"]
+        walked[run.name] = [rec.footprint.nodes for rec in backs]
+        _, y = tl.curves["nodes"][i].getData()
+        assert list(y[np.isfinite(y)]) == walked[run.name], "one marker per backward(), at its count"
+    assert len(set(walked["detach"])) == 1, "detach walks one chunk each time"
+    assert walked["retain"] == sorted(set(walked["retain"])) and len(walked["retain"]) == 3, "retain grows"
+    ends = " | ".join(tl.end_labels["nodes"].texts())
+    assert (
+        f"retain · {walked['retain'][-1]:,} nodes" in ends
+        and f"detach · {walked['detach'][-1]} nodes" in ends
+    )
+
+
+def test_a_lesson_about_saved_bytes_only_has_no_walked_row(open_window, qtbot) -> None:
+    w = open_window("virtual-batch")
+    _step(qtbot, w, 3)
+    assert w.timeline.plots["saved"].isVisible() and not w.timeline.plots["nodes"].isVisible()

@@ -42,24 +42,33 @@ LABEL_WIDTH = 70
 PX_PER_LABEL = 15
 # Height of one run's band of the op tape at the normal type size, in pixels.
 TAPE_ROW_PX = 10
-ROWS = ("loss", "grad", "saved", "distance", "tape")
+ROWS = ("loss", "grad", "saved", "nodes", "distance", "tape")
 ROW_INDEX = {key: i for i, key in enumerate(ROWS)}
-ROW_STRETCH = {"loss": 3, "grad": 2, "saved": 2, "distance": 2}
-ROW_NAMES = {"loss": "loss", "grad": "‖.grad‖", "saved": "saved", "distance": "distance", "tape": "ops"}
+ROW_STRETCH = {"loss": 3, "grad": 2, "saved": 2, "nodes": 2, "distance": 2}
+ROW_NAMES = {
+    "loss": "loss",
+    "grad": "‖.grad‖",
+    "saved": "saved",
+    "nodes": "walked",
+    "distance": "distance",
+    "tape": "ops",
+}
 QWIDGETSIZE_MAX = 16777215
 # The least height of a curve row's plot area (loss, ‖.grad‖, saved, distance), at the normal
 # type size: room for two tick labels apart.
-ROW_MIN_PX = {"loss": 34, "grad": 28, "saved": 28, "distance": 28}
+ROW_MIN_PX = {"loss": 34, "grad": 28, "saved": 28, "nodes": 28, "distance": 28}
 # Rows on a log axis, where a zero needs a place of its own (the floor band).
 LOG_ROWS = ("loss", "grad")
 # Rows whose series end in a dot and a label naming the run.
-LABELLED_ROWS = ("loss", "grad", "saved")
+LABELLED_ROWS = ("loss", "grad", "saved", "nodes")
+# Rows of what autograd holds and walks (engine/footprint.py), shown only where a lab measures them.
+FOOTPRINT_ROWS = ("saved", "nodes")
 NICE = (1.0, 2.0, 2.5, 5.0)
 # The floor band of a log row, in parts of the row's span of log10 values (at least FLOOR_SPAN):
 # the gap between the smallest positive value and the band, and the band itself.
 FLOOR_GAP, FLOOR_BAND = 0.1, 0.2
-# The least span of log10 values a floor band is sized by: half a decade.
-FLOOR_SPAN = 0.5
+# The least span of log10 values a floor band is sized by: a tenth of a decade.
+FLOOR_SPAN = 0.1
 # The op tape shows its letters once a tick's cell is at least this many times a letter's height wide.
 LETTER_ROOM = 0.9
 
@@ -143,10 +152,12 @@ def _short(value: float, digits: int) -> str:
 
 
 def distinct_labels(values: list[float]) -> list[str]:
-    """Labels for tick values with the fewest significant digits that tell them all apart."""
+    """Labels for tick values with the fewest significant digits that tell them all apart and
+    say each one truly (12.5, not 13)."""
     for digits in range(2, 7):
         labels = [_short(v, digits) for v in values]
-        if len(set(labels)) == len(labels):
+        true = all(abs(float(t) - v) <= 1e-6 * abs(v) for t, v in zip(labels, values, strict=True))
+        if true and len(set(labels)) == len(labels):
             return labels
     return labels
 
@@ -575,6 +586,16 @@ def saved_bytes(records: Any) -> np.ndarray:
     return out
 
 
+def nodes_walked(records: Any) -> np.ndarray:
+    """The autograd nodes each record's ``backward()`` walked; a gap at every other op."""
+    out = np.full(len(records), np.nan)
+    for j, rec in enumerate(records):
+        foot = getattr(rec, "footprint", None)
+        if foot is not None and foot.nodes is not None:
+            out[j] = foot.nodes
+    return out
+
+
 def log_row_range(values: np.ndarray) -> tuple[tuple[float, float] | None, Floor | None]:
     """A log row's span of positive values (log10; a flat one widened to a decade) and, where
     ``values`` hold a zero (-inf), the floor band it is drawn on; (None, None) for nothing to draw."""
@@ -682,9 +703,9 @@ class TimelineView(QWidget):
         self.plots["tape"].getViewBox().sigRangeChanged.connect(self._draw_letters)
         self.plots["tape"].getViewBox().sigResized.connect(self._draw_letters)
         self._moment: Moment | None = None
-        self.curves: dict[str, list[pg.PlotDataItem]] = {"loss": [], "grad": [], "saved": [], "distance": []}
+        self.curves: dict[str, list[pg.PlotDataItem]] = {key: [] for key in ROW_MIN_PX}
         # What each curve draws, kept between frames so that new ops cost only themselves.
-        self.lines: dict[str, list[PeakLine]] = {"loss": [], "grad": [], "saved": [], "distance": []}
+        self.lines: dict[str, list[PeakLine]] = {key: [] for key in ROW_MIN_PX}
         self.end_labels = {key: EndLabels(self.plots[key]) for key in LABELLED_ROWS}
         # The floor band of each log row, shown where the row has a zero to draw.
         self.floor_bands: dict[str, pg.LinearRegionItem] = {}
@@ -695,7 +716,8 @@ class TimelineView(QWidget):
             self.plots[key].addItem(band, ignoreBounds=True)
             self.floor_bands[key] = band
         self.floors: dict[str, Floor | None] = dict.fromkeys(LOG_ROWS)
-        self._saved_shown = False
+        # The footprint rows this lab fills.
+        self.footprint_rows: tuple[str, ...] = ()
         self._tape_rgba = np.zeros((0, 1, 4), dtype=np.ubyte)
         self._tape_filled: list[int] = []  # ops of each run already in the tape's image
         self._tape_n = 0
@@ -752,12 +774,12 @@ class TimelineView(QWidget):
             labels.set_style(font, self.theme.base)
 
     def _rows_shown(self) -> list[str]:
-        """The curve rows this lab fills: saved bytes where its runs measure them, distance with two runs."""
+        """The curve rows this lab fills: the footprint's where its runs measure them, distance with two."""
         runs = len(self.info.runs) if self.info is not None else 1
         return [
             key
             for key in ROW_MIN_PX
-            if (key != "distance" or runs > 1) and (key != "saved" or self._saved_shown)
+            if (key != "distance" or runs > 1) and (key not in FOOTPRINT_ROWS or key in self.footprint_rows)
         ]
 
     def _size_rows(self) -> None:
@@ -788,7 +810,7 @@ class TimelineView(QWidget):
         # Each curve plot is its view box plus two pixels of (hidden) bottom axis.
         rows = sum(int(ROW_MIN_PX[k] * scale) + 2 for k in shown)
         margins = layout.getContentsMargins()
-        gaps = layout.verticalSpacing() * len(shown)
+        gaps = layout.verticalSpacing() * (len(ROWS) - 1)  # closed-up rows keep their spacing
         least = rows + band + axis + margins[1] + margins[3] + gaps
         self.graphics.setMinimumHeight(max(150, int(least) + 2))
 
@@ -814,14 +836,18 @@ class TimelineView(QWidget):
     def set_lab(self, info: LabInfo) -> None:
         """Curves for each run of the new lab; the saved row where its runs measure what autograd
         saves, the distance row only with two or more runs."""
-        from gradviz.engine.footprint import can_count_saved, wanted
+        from gradviz.engine.footprint import can_count_saved, lesson_reads, wanted
 
         self.info = info
         self._drawn = None
         self._span = 0.0
         self.fixed_ranges = None
-        self._saved_shown = wanted(info.scenario) and any(
-            can_count_saved(r.spec.loop.order) for r in info.runs
+        measured = wanted(info.scenario)
+        counted = any(can_count_saved(r.spec.loop.order) for r in info.runs)
+        self.footprint_rows = tuple(
+            key
+            for key, on in (("saved", counted), ("nodes", "nodes" in lesson_reads(info.scenario.lesson)))
+            if measured and on
         )
         for plot in self.plots.values():
             plot.enableAutoRange(y=True)
@@ -840,12 +866,18 @@ class TimelineView(QWidget):
         for e in self.ends:
             self.plots["loss"].removeItem(e)
         self.ends = []
-        values = {"loss": log10_or_zero, "grad": log10_or_zero, "saved": saved_bytes}
+        values = {"loss": log10_or_zero, "grad": log10_or_zero, "saved": saved_bytes, "nodes": nodes_walked}
         for i, run in enumerate(info.runs):
             colour = QColor(run_color(i))
-            for key in ("loss", "grad", "saved"):
-                curve = pg.PlotDataItem(
-                    pen=pg.mkPen(colour, width=2, style=run_dash(i)), connect="finite", name=run.name
+            for key in ("loss", "grad", "saved", "nodes"):
+                pen = pg.mkPen(colour, width=2, style=run_dash(i))
+                # A backward's nodes are a count per call: markers, with nothing between two calls.
+                curve = (
+                    pg.PlotDataItem(
+                        pen=None, symbol=run_symbol(i), symbolBrush=colour, symbolPen=pen, name=run.name
+                    )
+                    if key == "nodes"
+                    else pg.PlotDataItem(pen=pen, connect="finite", name=run.name)
                 )
                 self.plots[key].addItem(curve)
                 self.curves[key].append(curve)
@@ -865,11 +897,15 @@ class TimelineView(QWidget):
             self.lines["distance"].append(PeakLine(_finite_or_gap))
         first = info.runs[0].name
         others = ", ".join(r.name for r in info.runs[1:])
-        for key, on in (("distance", len(info.runs) > 1), ("saved", self._saved_shown)):
+        for key, on in (
+            ("distance", len(info.runs) > 1),
+            *((k, k in self.footprint_rows) for k in FOOTPRINT_ROWS),
+        ):
             self.plots[key].setVisible(on)
             self.row_labels[key].setVisible(on)
         self.plots["distance"].setToolTip(f"‖θ(run) − θ({first})‖ for {others}")
         self.plots["saved"].setToolTip("Bytes of tensors autograd holds saved for backward after each op")
+        self.plots["nodes"].setToolTip("Autograd nodes each backward() walked")
         tape = self.plots["tape"]
         tape.getAxis("left").setTicks([[]])
         tape.setYRange(0, len(info.runs), padding=0)
@@ -902,8 +938,10 @@ class TimelineView(QWidget):
             entry(f"<span style='color:{OP_COLORS[op]}'>■</span> {OP_LETTERS[op]} {op}") for op in OPS
         )
         groups = [runs, entry("ops tape by tick, a row per run:") + " " + ops]
-        if self._saved_shown:
+        if "saved" in self.footprint_rows:
             groups.append(entry("saved: bytes held for backward"))
+        if "nodes" in self.footprint_rows:
+            groups.append(entry("walked: nodes per backward()"))
         if len(self.info.runs) > 1:
             first = self.info.runs[0].name
             groups.append(entry(f"distance: ‖θ − θ<sub>{first}</sub>‖"))
@@ -923,14 +961,15 @@ class TimelineView(QWidget):
         assert info is not None
         tape = moment.tape
         out = {"x": (-0.5, float(max(moment.tick, 0)) + 1.5)}
-        parts: dict[str, list[np.ndarray]] = {"loss": [], "grad": [], "saved": []}
+        parts: dict[str, list[np.ndarray]] = {"loss": [], "grad": [], "saved": [], "nodes": []}
         for run in info.runs:
             rt = tape.runs[run.name]
             n = rt.index_at(moment.tick) + 1
             parts["loss"].append(log10_or_zero(rt.loss[:n]))
             parts["grad"].append(log10_or_zero(rt.grad_norm[:n]))
-            if self._saved_shown:
-                parts["saved"].append(saved_bytes(rt.records[:n]))
+            for key, read in (("saved", saved_bytes), ("nodes", nodes_walked)):
+                if key in self.footprint_rows:
+                    parts[key].append(read(rt.records[:n]))
         for key in LOG_ROWS:
             span, floor = log_row_range(np.concatenate(parts[key]))
             if span is not None:
@@ -939,7 +978,7 @@ class TimelineView(QWidget):
                     out[f"{key}:zero"] = span
         n = bisect.bisect_right(tape.distance_ticks, moment.tick)
         distance = [np.asarray(column[:n], dtype=np.float64) for column in tape.distance]
-        for key, linear in (("saved", parts["saved"]), ("distance", distance)):
+        for key, linear in (("saved", parts["saved"]), ("nodes", parts["nodes"]), ("distance", distance)):
             values = np.concatenate(linear) if linear else np.zeros(0)
             values = values[np.isfinite(values)]
             if values.size:
@@ -960,7 +999,7 @@ class TimelineView(QWidget):
         lo, hi = ranges["x"]
         self._span = hi
         self.plots["loss"].setXRange(lo, hi, padding=0.01)
-        for key in ("loss", "grad", "saved", "distance"):
+        for key in ROW_MIN_PX:
             if key in ranges:
                 self.plots[key].setYRange(*ranges[key], padding=0.08)
             else:
@@ -996,12 +1035,12 @@ class TimelineView(QWidget):
         assert info is not None
         tape = moment.tape
         horizon = moment.horizon
-        keys = ("loss", "grad", "saved") if self._saved_shown else LOG_ROWS
+        keys = (*LOG_ROWS, *self.footprint_rows)
         points: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {key: [] for key in keys}
         for i, run in enumerate(info.runs):
             rt = tape.runs[run.name]
             n = rt.index_at(horizon) + 1
-            columns = {"loss": rt.loss, "grad": rt.grad_norm, "saved": rt.records}
+            columns = {"loss": rt.loss, "grad": rt.grad_norm, "saved": rt.records, "nodes": rt.records}
             for key in keys:
                 points[key].append(self.lines[key][i].update(rt.ticks, columns[key], n))
             end = _last_finite(rt.loss, n) if n and rt.statuses[n - 1] != "running" else None
@@ -1022,7 +1061,10 @@ class TimelineView(QWidget):
                 elif key == "saved":
                     peak = iteration_peak(moment, info.runs[i].name)
                     name += f" · peak {peak:,} B" if peak is not None else ""
-                ends.append(_end_of(x, y, name))
+                at = _end_of(x, y, name)
+                if key == "nodes" and at is not None:
+                    at = (at[0], at[1], f"{name} · {at[1]:,.0f} nodes")
+                ends.append(at)
             self.end_labels[key].set_ends(ends)
         shown = bisect.bisect_right(tape.distance_ticks, horizon)
         for curve, line, column in zip(
