@@ -1,12 +1,15 @@
-"""The timeline: loss, gradient norm, bytes saved for backward and the distance between runs
-against op tick, over the op tape.
+"""The timeline: loss, gradient norm, what autograd holds and walks, and the distance between
+runs against op tick, over the op tape.
 
 Clicking or dragging anywhere on it scrubs history: every view then shows that
 moment. On the log axes a zero (a ``.grad`` that is ``None`` or all zeros) sits
 on a shaded floor band labelled "0" below the smallest positive value, so it
 reads as zero instead of vanishing; inf and NaN leave gaps, and a diverged run
-ends with a cross. Each run's series ends in a dot labelled with its name, and
-each cell of the op tape carries its op's letter as well as its colour.
+ends with a cross. Where the lab measures its footprint (engine/footprint.py),
+a saved row shows the bytes held for backward after every op and a walked row
+the nodes each ``backward()`` walked (where the lesson asks about them). Each
+run's series ends in its marker labelled with its name, and each cell of the
+op tape carries its op's letter as well as its colour.
 """
 
 from __future__ import annotations
@@ -54,12 +57,11 @@ ROW_NAMES = {
     "tape": "ops",
 }
 QWIDGETSIZE_MAX = 16777215
-# The least height of a curve row's plot area (loss, ‖.grad‖, saved, distance), at the normal
-# type size: room for two tick labels apart.
+# The least height of a curve row's plot area at the normal type size: room for two tick labels apart.
 ROW_MIN_PX = {"loss": 34, "grad": 28, "saved": 28, "nodes": 28, "distance": 28}
 # Rows on a log axis, where a zero needs a place of its own (the floor band).
 LOG_ROWS = ("loss", "grad")
-# Rows whose series end in a dot and a label naming the run.
+# Rows whose series end in the run's marker and a label naming the run.
 LABELLED_ROWS = ("loss", "grad", "saved", "nodes")
 # Rows of what autograd holds and walks (engine/footprint.py), shown only where a lab measures them.
 FOOTPRINT_ROWS = ("saved", "nodes")
@@ -272,15 +274,17 @@ class Floor:
     """Where a log row draws zeros: a band below its smallest positive value, labelled "0".
 
     ``level`` is the log10 coordinate zeros are drawn at, inside the band from
-    ``bottom`` to ``top``; positive values are labelled only above ``top``.
+    ``bottom`` to ``top``; positive values are labelled only above ``top``, and
+    not at all where the row has none (``alone``).
     """
 
     level: float
     top: float
     bottom: float
+    alone: bool = False
 
 
-def floor_below(lo: float, hi: float) -> Floor:
+def floor_below(lo: float, hi: float, alone: bool = False) -> Floor:
     """The floor band of a log row whose positive values span ``lo`` to ``hi`` (log10).
 
     A log axis has no place for zero; a symmetric-log axis would make one but bend
@@ -289,7 +293,7 @@ def floor_below(lo: float, hi: float) -> Floor:
     """
     span = max(hi - lo, FLOOR_SPAN)
     top = lo - FLOOR_GAP * span
-    return Floor(top - FLOOR_BAND * span / 2, top, top - FLOOR_BAND * span)
+    return Floor(top - FLOOR_BAND * span / 2, top, top - FLOOR_BAND * span, alone)
 
 
 def apart(values: list[float], lo: float, hi: float, size: float, spacing: float) -> list[float]:
@@ -324,6 +328,8 @@ class LogAxis(pg.AxisItem):
                 clear_of_ends(log_ticks, minVal, maxVal, size, spacing), minVal, maxVal, size, spacing
             )
             return [(1.0, values)] if values else []
+        if floor.alone:
+            return [(1.0, [floor.level])]
         # Positive values are labelled above the band, each a label's room clear of the "0"; a row
         # with room for one label there shows its highest, the "0" being the other.
         per_px = (maxVal - minVal) / size if size > 0 else 0.0
@@ -406,12 +412,15 @@ class EndLabels:
         box.sigResized.connect(self.place)
 
     def set_runs(self, colours: list[QColor]) -> None:
+        """A new lab's runs, in their colours; no ends until :meth:`set_ends`."""
         self.colours = colours
         self.ends = [None] * len(colours)
 
     def set_style(self, font: QFont, background: str) -> None:
+        """Names in ``font`` over a backing of ``background``; markers sized to the type."""
         self.font = font
         self.background = QColor(background)
+        self.dots.setSize(max(8.0, QFontMetrics(font).height() * 0.6))
         for item in self.items:
             item.textItem.setFont(font)
             item.fill = pg.mkBrush(self._backing())
@@ -423,6 +432,7 @@ class EndLabels:
         return c
 
     def set_ends(self, ends: list[tuple[float, float, str] | None]) -> None:
+        """Each run's end (x, y, its name's HTML), None where its series has no point; placed at once."""
         self.ends = ends
         spots = [
             {
@@ -442,6 +452,7 @@ class EndLabels:
         return [item.textItem.toPlainText() for item in self.items if item.isVisible()]
 
     def place(self, *_: Any) -> None:
+        """Put the markers' names where they read (see the class), for the row's range and size now."""
         box = self.plot.getViewBox()
         (x0, x1), (y0, y1) = box.viewRange()
         w, h = box.width(), box.height()
@@ -471,7 +482,36 @@ class EndLabels:
                 groups.append([(i, e)])
             else:
                 group.append((i, e))
-        while len(self.items) < len(groups):
+        metrics = QFontMetrics(self.font)
+
+        def extents(group: list[tuple[int, tuple[float, float, str]]]) -> list[tuple[float, float]]:
+            """Where the group's line may go across: right of its marker where the row has room,
+            left of it, each as near as the row's edges allow; the first is preferred."""
+            width = metrics.horizontalAdvance(" · ".join(e[2] for _, e in group)) + 4
+            end_x = px(max(e[0] for _, e in group))
+            sides = [end_x + 6, end_x - 6 - width]
+            if end_x + 6 + width > w:
+                sides.reverse()
+            return [(left, left + width) for left in (min(max(x, 0.0), max(w - width, 0.0)) for x in sides)]
+
+        # Each line: its groups, its extent across and its middle (pixels down).
+        lines: list[tuple[list[tuple[int, tuple[float, float, str]]], float, float, float]] = []
+        for group in groups:
+            want = sum(py(e[1]) for _, e in group) / len(group)
+            taken = [(a, b, r) for _, a, b, r in lines]
+            spots = [
+                (abs(row - want) + 0.5 * k, left, right, row)
+                for k, (left, right) in enumerate(extents(group))
+                if (row := _free_row(want, left, right, taken, line, h)) is not None
+            ]
+            if spots:
+                lines.append((group, *min(spots)[1:]))
+                continue
+            # No room apart in a short row: the names join the line nearest them.
+            j = min(range(len(lines)), key=lambda k: abs(lines[k][3] - want))
+            joined = lines[j][0] + group
+            lines[j] = (joined, *extents(joined)[0], lines[j][3])
+        while len(self.items) < len(lines):
             item = pg.TextItem(anchor=(0, 0.5), fill=pg.mkBrush(self._backing()))
             item.textItem.document().setDocumentMargin(1)  # lines as tight as the row needs
             item.textItem.setFont(self.font)
@@ -479,26 +519,17 @@ class EndLabels:
             self.plot.addItem(item, ignoreBounds=True)
             self.items.append(item)
             self._html.append("")
-        placed: list[tuple[float, float, float]] = []  # each line's left and right edge and its middle
-        for k, (item, group) in enumerate(zip(self.items, groups, strict=False)):
+        for k, (item, (group, left, _right, row)) in enumerate(zip(self.items, lines, strict=False)):
             html = "&nbsp;·&nbsp;".join(
                 f"<span style='color:{self.colours[i].name()}'>{e[2]}</span>" for i, e in group
             )
             if self._html[k] != html:
                 item.setHtml(html)
                 self._html[k] = html
-            end_x = px(max(e[0] for _, e in group))
-            width = item.textItem.boundingRect().width()
-            # Right of the marker, else left of it, else as near as the row's edges allow.
-            left = end_x + 6 if end_x + 6 + width <= w else end_x - 6 - width
-            left = min(max(left, 0.0), max(w - width, 0.0))
-            want = sum(py(e[1]) for _, e in group) / len(group)
-            row = _free_row(want, left, left + width, placed, line, h)
-            placed.append((left, left + width, row))
             item.setAnchor((0, 0.5))
             item.setPos(x0 + left / w * (x1 - x0), y1 - row / h * (y1 - y0))
             item.setVisible(True)
-        for item in self.items[len(groups) :]:
+        for item in self.items[len(lines) :]:
             item.setVisible(False)
 
 
@@ -509,9 +540,9 @@ def _free_row(
     placed: list[tuple[float, float, float]],
     line: float,
     height: float,
-) -> float:
+) -> float | None:
     """The middle of a line of text nearest ``want`` (pixels down) that keeps a line's height from
-    every placed line it shares columns with, inside ``height`` where it can."""
+    every placed line it shares columns with, inside ``height``; None where there is none."""
     inside = min(max(want, line / 2), max(height - line / 2, line / 2))
     clash = [row for lo, hi, row in placed if lo < right and left < hi]
     for row in sorted(
@@ -521,7 +552,7 @@ def _free_row(
             abs(row - r) >= line - 0.5 for r in clash
         ):
             return row
-    return inside
+    return None
 
 
 @functools.cache
@@ -606,7 +637,7 @@ def log_row_range(values: np.ndarray) -> tuple[tuple[float, float] | None, Floor
         if hi - lo < 1e-9:
             lo, hi = lo - 0.5, hi + 0.5
     elif zeros:
-        lo, hi = -0.5, 0.5
+        return (-0.5, 0.5), floor_below(-0.5, 0.5, alone=True)
     else:
         return None, None
     return (lo, hi), floor_below(lo, hi) if zeros else None
@@ -986,6 +1017,8 @@ class TimelineView(QWidget):
                 lo, hi = min(float(values.min()), 0.0), float(values.max())
                 if hi - lo < 1e-9:
                     lo, hi = lo - 0.5, hi + 0.5
+                if key == "nodes":
+                    hi += (hi - lo) * 0.15  # room for the highest count's whole marker
                 out[key] = (lo, hi)
         return out
 
@@ -1054,6 +1087,8 @@ class TimelineView(QWidget):
         for key in keys:
             ends: list[tuple[float, float, str] | None] = []
             for i, (x, y) in enumerate(points[key]):
+                if key == "nodes":  # markers only: the backward() calls
+                    x, y = x[np.isfinite(y)], y[np.isfinite(y)]
                 self.curves[key][i].setData(x, y)
                 name = info.runs[i].name
                 if key == "loss" and kinds[i]:
