@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
+    from gradviz.engine.lesson import Lesson
     from gradviz.engine.scenario import Scenario
 
 # The lesson's reads that need a footprint.
@@ -106,14 +107,30 @@ class SavedBytes:
             self.live -= key[1]
 
 
+def lesson_reads(lesson: Lesson | None) -> set[str]:
+    """Which of :data:`READS` (saved bytes, nodes walked) the questions of ``lesson`` read."""
+    if lesson is None:
+        return set()
+    reads = {q.read.quantity for stop in lesson.stops for q in stop.questions if q.read is not None}
+    return reads & set(READS)
+
+
 def wanted(scenario: Scenario) -> bool:
     """Whether runs of ``scenario`` measure their footprint: its lesson leads with memory
     (the inspector's readouts show it) or a question reads saved bytes or nodes."""
     lesson = scenario.lesson
-    if lesson is None:
-        return False
-    reads = (q.read for stop in lesson.stops for q in stop.questions if q.read is not None)
-    return lesson.leads("memory") or any(r.quantity in READS for r in reads)
+    return lesson is not None and (lesson.leads("memory") or bool(lesson_reads(lesson)))
+
+
+def peak_saved(footprints: Iterable[Footprint | None]) -> int | None:
+    """The most bytes held saved for backward after any of ``footprints``; None where none counted them.
+
+    Saved tensors are only added during a forward and only freed by a backward or a
+    dropped graph, so the most held after any op of an iteration is the most held
+    during it: after ``step()`` the figure says what the forward passes cost.
+    """
+    counted = [f.saved for f in footprints if f is not None and f.saved is not None]
+    return max(counted) if counted else None
 
 
 def can_count_saved(order: Sequence[str]) -> bool:

@@ -49,33 +49,62 @@ KEEP_FIRST_GRADS = ("grads", "surface", "code", "timeline")
 # Quantities only the .grad inspector shows (its lr and memory readouts, the optimizer's state):
 # a lesson that leads with one is about the inspector.
 INSPECTOR_ONLY = ("lr", "memory", "state")
+# A lesson whose questions read what autograd holds or walks (the bytes saved for backward, the
+# nodes a backward walked) shows them over time in the timeline's saved and walked rows, and the
+# graph walked in the autograd graph: they are its evidence, kept before the code and the inspector.
+KEEP_FIRST_AUTOGRAD = ("timeline", "graph", "code", "grads", "surface")
 
 
-def keep_order(views: Sequence[str], lesson: Lesson | None) -> tuple[str, ...]:
+def with_evidence(views: Sequence[str], lesson: Lesson | None) -> tuple[str, ...]:
+    """``views`` and the autograd graph, where they hold the timeline (whose rows show what autograd
+    saves and walks) and the lesson asks how many nodes a backward walks and leaves the surface
+    out: the graph then takes the surface's place."""
+    from gradviz.engine.footprint import lesson_reads
+
+    if "timeline" not in views:
+        return tuple(views)
+    if lesson is not None and lesson.surface == "none" and "nodes" in lesson_reads(lesson):
+        return tuple(dict.fromkeys((*views, "graph")))
+    return tuple(views)
+
+
+def keep_order(views: Sequence[str], lesson: Lesson | None, evidence: bool = True) -> tuple[str, ...]:
     """``views`` from the one kept longest to the one left out first when a frame is too small.
 
     The surface and the code stay longest, then the ``.grad`` inspector, then the
     timeline; a lesson that leads with ``.grad`` quantities of named parameters,
     or with what only the inspector shows (lr, memory, the optimizer's state), is
-    about the inspector: it stays longest.
+    about the inspector: it stays longest. A lesson that asks what autograd saves
+    or walks keeps its evidence longest where the timeline is among ``views`` (and
+    ``evidence``; presentation exports keep the presenter's order): the timeline,
+    then the graph.
     """
+    from gradviz.engine.footprint import lesson_reads
+
     leads_grads = lesson is not None and (
         (bool(lesson.show) and bool(lesson.params)) or any(q in INSPECTOR_ONLY for q in lesson.show)
     )
-    order = KEEP_FIRST_GRADS if leads_grads else KEEP_FIRST
+    order: tuple[str, ...] = KEEP_FIRST_GRADS if leads_grads else KEEP_FIRST
+    if evidence and lesson_reads(lesson) and "timeline" in views:
+        order = KEEP_FIRST_AUTOGRAD
     return (*(v for v in order if v in views), *(v for v in views if v not in order))
 
 
-def fit_candidates(views: Sequence[str], lesson: Lesson | None) -> list[tuple[str, ...]]:
-    """The view sets a default export tries, in order: ``views`` less what the lesson leaves out,
-    then fewer, each set before any that lacks a view it keeps longer (see :func:`keep_order`).
+def fit_candidates(
+    views: Sequence[str], lesson: Lesson | None, evidence: bool = True
+) -> list[tuple[str, ...]]:
+    """The view sets a default export tries, in order: ``views`` less what the lesson leaves out
+    (with the autograd graph where it holds the lesson's evidence, :func:`with_evidence`), then
+    fewer, each set before any that lacks a view it keeps longer (see :func:`keep_order`).
 
     With the usual order that is every view; no timeline; no ``.grad`` inspector (a timeline
     may still fit where the inspector does not); neither; and only then sets without the code,
     and last without the surface. Each set keeps the layout's order.
     """
     shown = views_for(lesson, views) or tuple(views)
-    ranked = keep_order(shown, lesson)
+    if evidence:
+        shown = with_evidence(shown, lesson)
+    ranked = keep_order(shown, lesson, evidence)
     n = len(ranked)
     out = []
     # Counting down in binary over the ranked views: the first view is the highest bit.
@@ -153,7 +182,9 @@ class FrameRenderer:
         self.info: LabInfo = self.controller.info
         lesson = self.info.scenario.lesson
         if self.style.fit:
-            self._candidates = fit_candidates(self.style.views, lesson)
+            self._candidates = fit_candidates(self.style.views, lesson, not self.style.presentation)
+            if "graph" in self._candidates[0] and "graph" not in self.style.views:
+                self.controller.capture_graphs(True)  # from the first op, none performed yet
         # Whether the size holds the views is known once every frame's content is: see prepare().
         self.frame = self._build(self._candidates[0])
 
@@ -244,7 +275,7 @@ class FrameRenderer:
         # Nothing fits: say what the views asked for need together, or what the view kept longest needs.
         views = self._candidates[0]
         if fit:
-            views = (keep_order(views, self.info.scenario.lesson)[0],)
+            views = (keep_order(views, self.info.scenario.lesson, not self.style.presentation)[0],)
         if self.frame.frame_style.views != views or not self._frame_prepared:
             self._discard(self.frame)
             self.frame = self._build(views)
@@ -277,10 +308,10 @@ class FrameRenderer:
         kept, everything = self._candidates[self._choice], self._candidates[0]
         left = [v for v in everything if v not in kept]
         w, h = self.style.size
-        lesson = self.info.scenario.lesson
+        ranked = keep_order(kept, self.info.scenario.lesson, not self.style.presentation)
         self.notes = (
             [
-                f"{w}x{h} holds {spoken_list(keep_order(kept, lesson))} readably; left out {', '.join(left)} "
+                f"{w}x{h} holds {spoken_list(ranked)} readably; left out {', '.join(left)} "
                 "(ask for them with --views and a larger --size)."
             ]
             if left

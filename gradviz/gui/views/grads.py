@@ -134,9 +134,10 @@ def readout_text(moment: Moment) -> str:
                 f" · .grad {_bytes(old_grads)} → {_bytes(grads)}"
             )
         else:
+            autograd = _autograd_text(now, iteration_peak(moment, run.name))
             lines.append(
                 f"{head}: lr {lr} · ‖weights‖ {fmt.number(_weights_norm(now))} · parameters "
-                f"{_bytes(params)} · .grad {_bytes(grads)}{_autograd_text(now)}"
+                f"{_bytes(params)} · .grad {_bytes(grads)}{autograd}"
             )
     return "<br>".join(lines)
 
@@ -146,13 +147,30 @@ def _nothing_added(back: Any) -> str:
     return "nothing (it raised)" if back.error else "nothing (not in this graph)"
 
 
-def _autograd_text(state: Any) -> str:
-    """What autograd holds after the run's last op and, after a backward, how much graph it walked."""
+def iteration_peak(moment: Moment, run: str, tick: int | None = None) -> int | None:
+    """The most bytes ``run`` held saved for backward after any op of the iteration of ``tick``
+    (default the moment's), up to that tick, read from its records' footprints."""
+    from gradviz.engine.footprint import peak_saved
+
+    tick = moment.tick if tick is None else tick
+    if tick < 0:
+        return None
+    rt = moment.tape.runs[run]
+    start = rt.index_at(tick // moment.info.ticks_per_iteration * moment.info.ticks_per_iteration - 1) + 1
+    stop = rt.index_at(tick) + 1
+    return peak_saved(getattr(moment.tape.record(run, j), "footprint", None) for j in range(start, stop))
+
+
+def _autograd_text(state: Any, peak: int | None = None) -> str:
+    """What autograd holds after the run's last op (and the most it held this iteration, ``peak``,
+    where that was more) and, after a backward, how much graph it walked."""
     foot = getattr(state, "footprint", None)
     if foot is None:
         return ""
     # Exact bytes, so that two runs' counts compare at a glance (36,864 B beside 9,216 B).
     text = "" if foot.saved is None else f" · saved for backward {foot.saved:,} B"
+    if foot.saved is not None and peak is not None and peak > foot.saved:
+        text += f" (peak this iteration {peak:,} B)"
     if foot.nodes is not None:
         text += f" · backward() walked {foot.nodes:,} nodes"
     if foot.device_peak is not None:

@@ -1,24 +1,34 @@
-"""The timeline: loss, gradient norm and the distance between runs against op tick, over the op tape.
+"""The timeline: loss, gradient norm, what autograd holds and walks, and the distance between
+runs against op tick, over the op tape.
 
 Clicking or dragging anywhere on it scrubs history: every view then shows that
-moment. Values that are zero, inf or NaN leave gaps (log axes); a diverged run
-ends with a cross.
+moment. On the log axes a zero (a ``.grad`` that is ``None`` or all zeros) sits
+on a shaded floor band labelled "0" below the smallest positive value, so it
+reads as zero instead of vanishing; inf and NaN leave gaps, and a diverged run
+ends with a cross. Where the lab measures its footprint (engine/footprint.py),
+a saved row shows the bytes held for backward after every op and a walked row
+the nodes each ``backward()`` walked (where the lesson asks about them). Each
+run's series ends in its marker labelled with its name, and each cell of the
+op tape carries its op's letter as well as its colour.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QResizeEvent
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainterPath, QResizeEvent, QTransform
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from gradviz.gui.tape import LabInfo, Moment
-from gradviz.gui.theme import LIGHT, OP_COLORS, OP_LETTERS, Theme, run_color, run_dash, run_glyph
+from gradviz.gui.theme import LIGHT, OP_COLORS, OP_LETTERS, Theme, run_color, run_dash, run_glyph, run_symbol
+from gradviz.gui.views.grads import iteration_peak
 
 OPS = ("zero_grad", "forward", "backward", "step")
 # A curve keeps at most this many buckets of points (two drawn per bucket): more than a
@@ -31,22 +41,48 @@ AXIS_WIDTH = 48
 LABEL_WIDTH = 70
 
 
-# Pixels of axis height per tick label: labels stay apart at the timeline's type size.
+# Pixels of axis height per tick label at the normal type size: labels stay apart.
 PX_PER_LABEL = 15
 # Height of one run's band of the op tape at the normal type size, in pixels.
 TAPE_ROW_PX = 10
-ROW_INDEX = {"loss": 0, "grad": 1, "distance": 2, "tape": 3}
-ROW_STRETCH = {"loss": 3, "grad": 2, "distance": 2}
+ROWS = ("loss", "grad", "saved", "nodes", "distance", "tape")
+ROW_INDEX = {key: i for i, key in enumerate(ROWS)}
+ROW_STRETCH = {"loss": 3, "grad": 2, "saved": 2, "nodes": 2, "distance": 2}
+ROW_NAMES = {
+    "loss": "loss",
+    "grad": "‖.grad‖",
+    "saved": "saved",
+    "nodes": "walked",
+    "distance": "distance",
+    "tape": "ops",
+}
 QWIDGETSIZE_MAX = 16777215
-# The least height of a curve row's plot area (loss, ‖.grad‖, distance), at the normal type size:
-# room for two tick labels apart.
-ROW_MIN_PX = {"loss": 34, "grad": 28, "distance": 28}
+# The least height of a curve row's plot area at the normal type size: room for two tick labels apart.
+ROW_MIN_PX = {"loss": 34, "grad": 28, "saved": 28, "nodes": 28, "distance": 28}
+# Rows on a log axis, where a zero needs a place of its own (the floor band).
+LOG_ROWS = ("loss", "grad")
+# Rows whose series end in the run's marker and a label naming the run.
+LABELLED_ROWS = ("loss", "grad", "saved", "nodes")
+# Rows of what autograd holds and walks (engine/footprint.py), shown only where a lab measures them.
+FOOTPRINT_ROWS = ("saved", "nodes")
 NICE = (1.0, 2.0, 2.5, 5.0)
+# The floor band of a log row, in parts of the row's span of log10 values (at least FLOOR_SPAN):
+# the gap between the smallest positive value and the band, and the band itself.
+FLOOR_GAP, FLOOR_BAND = 0.1, 0.2
+# The least span of log10 values a floor band is sized by: a tenth of a decade.
+FLOOR_SPAN = 0.1
+# The op tape shows its letters once a tick's cell is at least this many times a letter's height wide.
+LETTER_ROOM = 0.9
 
 
-def label_budget(size: float) -> int:
-    """How many tick labels an axis ``size`` pixels long shows: never fewer than two."""
-    return max(2, int(size // PX_PER_LABEL))
+def label_budget(size: float, spacing: float = PX_PER_LABEL) -> int:
+    """How many tick labels an axis ``size`` pixels long shows, ``spacing`` apart: never fewer than two."""
+    return max(2, int(size // max(spacing, 1.0)))
+
+
+def label_spacing(font: QFont | None) -> float:
+    """Pixels between two tick labels set in ``font``: their height and one more, so they never touch."""
+    return max(float(PX_PER_LABEL), QFontMetrics(font or QFont()).height() + 1.0)
 
 
 def _thin(values: list[float], most: int) -> list[float]:
@@ -74,7 +110,7 @@ def nice_linear_ticks(lo: float, hi: float, most: int) -> list[float]:
         values = [float(v) + 0.0 for v in np.arange(first, hi + st * 1e-9, st)]  # no "-0"
         values = [0.0 if abs(v) < st * 1e-9 else v for v in values]
         if len(values) >= 2:
-            return _thin(values, most + 1)
+            return _thin(values, max(most, 2))
     return values
 
 
@@ -118,22 +154,28 @@ def _short(value: float, digits: int) -> str:
 
 
 def distinct_labels(values: list[float]) -> list[str]:
-    """Labels for tick values with the fewest significant digits that tell them all apart."""
+    """Labels for tick values with the fewest significant digits that tell them all apart and
+    say each one truly (12.5, not 13)."""
     for digits in range(2, 7):
         labels = [_short(v, digits) for v in values]
-        if len(set(labels)) == len(labels):
+        true = all(abs(float(t) - v) <= 1e-6 * abs(v) for t, v in zip(labels, values, strict=True))
+        if true and len(set(labels)) == len(labels):
             return labels
     return labels
 
 
 def clear_of_ends(
-    ticks: Callable[[float, float, int], list[float]], lo: float, hi: float, size: float
+    ticks: Callable[[float, float, int], list[float]],
+    lo: float,
+    hi: float,
+    size: float,
+    spacing: float = PX_PER_LABEL,
 ) -> list[float]:
     """``ticks`` over the range less a few pixels at each end (labels there touch the next row).
 
     The whole range is used where that inner one would hold fewer than two labels.
     """
-    most = label_budget(size)
+    most = label_budget(size, spacing)
     if size > 0 and hi > lo:
         margin = (hi - lo) * 3 / size
         inner = ticks(lo + margin, hi - margin, most)
@@ -227,29 +269,305 @@ class PeakLine:
         self._y = np.concatenate((self._y, py[keep]))
 
 
+@dataclass(frozen=True)
+class Floor:
+    """Where a log row draws zeros: a band below its smallest positive value, labelled "0".
+
+    ``level`` is the log10 coordinate zeros are drawn at, inside the band from
+    ``bottom`` to ``top``; positive values are labelled only above ``top``, and
+    not at all where the row has none (``alone``).
+    """
+
+    level: float
+    top: float
+    bottom: float
+    alone: bool = False
+
+
+def floor_below(lo: float, hi: float, alone: bool = False) -> Floor:
+    """The floor band of a log row whose positive values span ``lo`` to ``hi`` (log10).
+
+    A log axis has no place for zero; a symmetric-log axis would make one but bend
+    the scale of the small values, which are what shrinking gradients are about. A
+    band of its own keeps every decade the same height and the zero unmistakable.
+    """
+    span = max(hi - lo, FLOOR_SPAN)
+    top = lo - FLOOR_GAP * span
+    return Floor(top - FLOOR_BAND * span / 2, top, top - FLOOR_BAND * span, alone)
+
+
+def apart(values: list[float], lo: float, hi: float, size: float, spacing: float) -> list[float]:
+    """``values`` less those within ``spacing`` pixels of a higher one kept (on an axis ``size``
+    pixels long from ``lo`` to ``hi``): round values of a log axis are not evenly spaced."""
+    if size <= 0 or hi <= lo:
+        return values
+    gap = spacing * (hi - lo) / size
+    kept: list[float] = []
+    for v in sorted(values, reverse=True):
+        if not kept or kept[-1] - v >= gap:
+            kept.append(v)
+    return kept[::-1]
+
+
 class LogAxis(pg.AxisItem):
     """An axis for log10 values labelled with round numbers: 1e-3, 0.01, 1, 100, 1e4, or 2, 5, 10.
 
-    Every row shows at least two labelled values, however little of a decade it spans.
+    Every row shows at least two labelled values, however little of a decade it spans;
+    with a :class:`Floor` the band's one label reads "0".
     """
 
+    def __init__(self, orientation: str) -> None:
+        super().__init__(orientation)
+        self.floor: Floor | None = None
+
     def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:
-        values = clear_of_ends(log_ticks, minVal, maxVal, size)
-        return [(1.0, values)] if values else []
+        spacing = label_spacing(self.style["tickFont"])
+        floor = self.floor
+        if floor is None or not minVal <= floor.level <= maxVal or maxVal <= minVal:
+            values = apart(
+                clear_of_ends(log_ticks, minVal, maxVal, size, spacing), minVal, maxVal, size, spacing
+            )
+            return [(1.0, values)] if values else []
+        if floor.alone:
+            return [(1.0, [floor.level])]
+        # Positive values are labelled above the band, each a label's room clear of the "0"; a row
+        # with room for one label there shows its highest, the "0" being the other.
+        per_px = (maxVal - minVal) / size if size > 0 else 0.0
+        above = max(minVal, floor.top)
+        room = (maxVal - above) / per_px if per_px else 0.0
+        if room >= 2 * spacing:
+            values = clear_of_ends(log_ticks, above, maxVal, room, spacing)
+        else:
+            values = log_ticks(above, maxVal, 2)[-1:] if room >= spacing else []
+        values = [
+            v for v in apart(values, minVal, maxVal, size, spacing) if v - floor.level >= spacing * per_px
+        ]
+        return [(1.0, [floor.level, *values])]
 
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
-        return distinct_labels([10.0 ** float(v) for v in values])
+        floor = self.floor
+
+        def zero(v: float) -> bool:
+            return floor is not None and abs(v - floor.level) < 1e-9
+
+        labels = iter(distinct_labels([10.0 ** float(v) for v in values if not zero(v)]))
+        return ["0" if zero(v) else next(labels) for v in values]
 
 
 class SparseAxis(pg.AxisItem):
     """A linear axis with as many round labels as a short row has room for, and at least two."""
 
     def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:
-        values = clear_of_ends(nice_linear_ticks, minVal, maxVal, size)
+        values = clear_of_ends(nice_linear_ticks, minVal, maxVal, size, label_spacing(self.style["tickFont"]))
         return [(1.0, values)] if values else []
 
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
         return distinct_labels([float(v) for v in values])
+
+
+class BytesAxis(pg.AxisItem):
+    """A linear axis of bytes with round labels in one unit: 0, 5,000, 10,000 B or 0, 20, 40 KB."""
+
+    def _unit(self, maxVal: float) -> float:
+        return 1024.0 if maxVal >= 10_000 else 1.0
+
+    def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:
+        unit = self._unit(maxVal)
+        spacing = label_spacing(self.style["tickFont"])
+        values = clear_of_ends(nice_linear_ticks, minVal / unit, maxVal / unit, size, spacing)
+        return [(1.0, [v * unit for v in values])] if values else []
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        if not values:
+            return []
+        unit = self._unit(max(values))
+        suffix = " KB" if unit > 1 else ""
+        return [f"{t}{suffix}" if t != "0" else t for t in distinct_labels([float(v) / unit for v in values])]
+
+
+class EndLabels:
+    """Each run's series in one row ends in the run's marker, named beside it in the run's colour.
+
+    Names whose places would overlap share one line (runs whose series end
+    together), and lines are kept apart and inside the row. A name goes right of
+    its marker where the row has room, else left of it (or as near as the row's
+    edges allow) over a backing of the background's colour. Placed again whenever
+    the row's range or size changes.
+    """
+
+    def __init__(self, plot: pg.PlotItem) -> None:
+        self.plot = plot
+        self.dots = pg.ScatterPlotItem(size=8, pxMode=True)
+        self.dots.setZValue(20)
+        plot.addItem(self.dots, ignoreBounds=True)
+        self.items: list[pg.TextItem] = []
+        self._html: list[str] = []  # what each item shows, so that unchanged text is not set again
+        # Each run's end: x, y, the name's HTML; None where its series has no point yet.
+        self.ends: list[tuple[float, float, str] | None] = []
+        self.colours: list[QColor] = []
+        self.font = QFont()
+        self.background = QColor(LIGHT.base)
+        box = plot.getViewBox()
+        box.sigRangeChanged.connect(self.place)
+        box.sigResized.connect(self.place)
+
+    def set_runs(self, colours: list[QColor]) -> None:
+        """A new lab's runs, in their colours; no ends until :meth:`set_ends`."""
+        self.colours = colours
+        self.ends = [None] * len(colours)
+
+    def set_style(self, font: QFont, background: str) -> None:
+        """Names in ``font`` over a backing of ``background``; markers sized to the type."""
+        self.font = font
+        self.background = QColor(background)
+        self.dots.setSize(max(8.0, QFontMetrics(font).height() * 0.6))
+        for item in self.items:
+            item.textItem.setFont(font)
+            item.fill = pg.mkBrush(self._backing())
+        self.place()
+
+    def _backing(self) -> QColor:
+        c = QColor(self.background)
+        c.setAlpha(210)
+        return c
+
+    def set_ends(self, ends: list[tuple[float, float, str] | None]) -> None:
+        """Each run's end (x, y, its name's HTML), None where its series has no point; placed at once."""
+        self.ends = ends
+        spots = [
+            {
+                "pos": (e[0], e[1]),
+                "brush": self.colours[i],
+                "pen": pg.mkPen(self.colours[i]),
+                "symbol": run_symbol(i),
+            }
+            for i, e in enumerate(ends)
+            if e is not None
+        ]
+        self.dots.setData(spots)
+        self.place()
+
+    def texts(self) -> list[str]:
+        """The lines shown now, as plain text."""
+        return [item.textItem.toPlainText() for item in self.items if item.isVisible()]
+
+    def place(self, *_: Any) -> None:
+        """Put the markers' names where they read (see the class), for the row's range and size now."""
+        box = self.plot.getViewBox()
+        (x0, x1), (y0, y1) = box.viewRange()
+        w, h = box.width(), box.height()
+        line = QFontMetrics(self.font).height() + 3  # a line of text and its backing's margins
+        ends = [(i, e) for i, e in enumerate(self.ends) if e is not None and np.isfinite(e[1])]
+        if w <= 0 or h <= 0 or x1 <= x0 or y1 <= y0 or not ends:
+            for item in self.items:
+                item.setVisible(False)
+            return
+
+        def px(x: float) -> float:
+            return (x - x0) / (x1 - x0) * w
+
+        def py(y: float) -> float:  # pixels down from the row's top
+            return (y1 - y) / (y1 - y0) * h
+
+        # Runs whose series end at the same place share one line.
+        groups: list[list[tuple[int, tuple[float, float, str]]]] = []
+        for i, e in sorted(ends, key=lambda end: py(end[1][1])):
+            near = (
+                g
+                for g in groups
+                if abs(py(e[1]) - py(g[0][1][1])) < line and abs(px(e[0]) - px(g[0][1][0])) < line
+            )
+            group = next(near, None)
+            if group is None:
+                groups.append([(i, e)])
+            else:
+                group.append((i, e))
+        metrics = QFontMetrics(self.font)
+
+        def extents(group: list[tuple[int, tuple[float, float, str]]]) -> list[tuple[float, float]]:
+            """Where the group's line may go across: right of its marker where the row has room,
+            left of it, each as near as the row's edges allow; the first is preferred."""
+            width = metrics.horizontalAdvance(" · ".join(e[2] for _, e in group)) + 4
+            end_x = px(max(e[0] for _, e in group))
+            sides = [end_x + 6, end_x - 6 - width]
+            if end_x + 6 + width > w:
+                sides.reverse()
+            return [(left, left + width) for left in (min(max(x, 0.0), max(w - width, 0.0)) for x in sides)]
+
+        # Each line: its groups, its extent across and its middle (pixels down).
+        lines: list[tuple[list[tuple[int, tuple[float, float, str]]], float, float, float]] = []
+        for group in groups:
+            want = sum(py(e[1]) for _, e in group) / len(group)
+            taken = [(a, b, r) for _, a, b, r in lines]
+            spots = [
+                (abs(row - want) + 0.5 * k, left, right, row)
+                for k, (left, right) in enumerate(extents(group))
+                if (row := _free_row(want, left, right, taken, line, h)) is not None
+            ]
+            if spots:
+                lines.append((group, *min(spots)[1:]))
+                continue
+            # No room apart in a short row: the names join the line nearest them.
+            j = min(range(len(lines)), key=lambda k: abs(lines[k][3] - want))
+            joined = lines[j][0] + group
+            lines[j] = (joined, *extents(joined)[0], lines[j][3])
+        while len(self.items) < len(lines):
+            item = pg.TextItem(anchor=(0, 0.5), fill=pg.mkBrush(self._backing()))
+            item.textItem.document().setDocumentMargin(1)  # lines as tight as the row needs
+            item.textItem.setFont(self.font)
+            item.setZValue(25)
+            self.plot.addItem(item, ignoreBounds=True)
+            self.items.append(item)
+            self._html.append("")
+        for k, (item, (group, left, _right, row)) in enumerate(zip(self.items, lines, strict=False)):
+            html = "&nbsp;·&nbsp;".join(
+                f"<span style='color:{self.colours[i].name()}'>{e[2]}</span>" for i, e in group
+            )
+            if self._html[k] != html:
+                item.setHtml(html)
+                self._html[k] = html
+            item.setAnchor((0, 0.5))
+            item.setPos(x0 + left / w * (x1 - x0), y1 - row / h * (y1 - y0))
+            item.setVisible(True)
+        for item in self.items[len(lines) :]:
+            item.setVisible(False)
+
+
+def _free_row(
+    want: float,
+    left: float,
+    right: float,
+    placed: list[tuple[float, float, float]],
+    line: float,
+    height: float,
+) -> float | None:
+    """The middle of a line of text nearest ``want`` (pixels down) that keeps a line's height from
+    every placed line it shares columns with, inside ``height``; None where there is none."""
+    inside = min(max(want, line / 2), max(height - line / 2, line / 2))
+    clash = [row for lo, hi, row in placed if lo < right and left < hi]
+    for row in sorted(
+        [inside] + [r + line for r in clash] + [r - line for r in clash], key=lambda r: abs(r - want)
+    ):
+        if line / 2 - 0.5 <= row <= height - line / 2 + 0.5 and all(
+            abs(row - r) >= line - 0.5 for r in clash
+        ):
+            return row
+    return None
+
+
+@functools.cache
+def letter_symbol(letter: str) -> QPainterPath:
+    """A letter as a scatter symbol: its outline centred on the point, one unit tall."""
+    path = QPainterPath()
+    font = QFont()
+    font.setBold(True)
+    path.addText(0, 0, font, letter)
+    box = path.boundingRect()
+    scale = 1.0 / max(box.height(), 1e-9)
+    transform = QTransform()
+    transform.scale(scale, scale)
+    transform.translate(-box.center().x(), -box.center().y())
+    return transform.map(path)
 
 
 class ScrubViewBox(pg.ViewBox):
@@ -283,6 +601,68 @@ def log10_positive(values: Any) -> np.ndarray:
         return np.where(np.isfinite(a) & (a > 0), np.log10(np.where(a > 0, a, 1.0)), np.nan)
 
 
+def log10_or_zero(values: Any) -> np.ndarray:
+    """log10 of the values for a log row with a floor band: zero becomes -inf, inf and NaN gaps."""
+    a = np.asarray(values, dtype=np.float64)
+    return np.where(a == 0, -np.inf, log10_positive(a))
+
+
+def saved_bytes(records: Any) -> np.ndarray:
+    """The bytes each record's op left saved for backward; a gap where the footprint is not known."""
+    out = np.full(len(records), np.nan)
+    for j, rec in enumerate(records):
+        foot = getattr(rec, "footprint", None)
+        if foot is not None and foot.saved is not None:
+            out[j] = foot.saved
+    return out
+
+
+def nodes_walked(records: Any) -> np.ndarray:
+    """The autograd nodes each record's ``backward()`` walked; a gap at every other op."""
+    out = np.full(len(records), np.nan)
+    for j, rec in enumerate(records):
+        foot = getattr(rec, "footprint", None)
+        if foot is not None and foot.nodes is not None:
+            out[j] = foot.nodes
+    return out
+
+
+def log_row_range(values: np.ndarray) -> tuple[tuple[float, float] | None, Floor | None]:
+    """A log row's span of positive values (log10; a flat one widened to a decade) and, where
+    ``values`` hold a zero (-inf), the floor band it is drawn on; (None, None) for nothing to draw."""
+    finite = values[np.isfinite(values)]
+    zeros = bool(np.isneginf(values).any())
+    if finite.size:
+        lo, hi = float(finite.min()), float(finite.max())
+        if hi - lo < 1e-9:
+            lo, hi = lo - 0.5, hi + 0.5
+    elif zeros:
+        return (-0.5, 0.5), floor_below(-0.5, 0.5, alone=True)
+    else:
+        return None, None
+    return (lo, hi), floor_below(lo, hi) if zeros else None
+
+
+def loss_kinds(info: LabInfo) -> list[str]:
+    """What each run's loss is a loss of, where the runs differ in it: "per batch", "per micro-batch ÷ 4".
+
+    Empty strings where every run's loss is of the same kind.
+    """
+    shape = [(r.spec.loop.accumulate, r.spec.loop.scale_loss) for r in info.runs]
+    if len(set(shape)) < 2:
+        return [""] * len(shape)
+    return ["per batch" if k == 1 else f"per micro-batch{f' ÷ {k}' if scaled else ''}" for k, scaled in shape]
+
+
+def _end_of(x: np.ndarray, y: np.ndarray, name: str) -> tuple[float, float, str] | None:
+    """Where a series ends (its last finite point) and the name to put there."""
+    finite = np.flatnonzero(np.isfinite(y))
+    if not finite.size:
+        return None
+    j = int(finite[-1])
+    return float(x[j]), float(y[j]), name
+
+
 class TimelineView(QWidget):
     """Loss, gradient norm, run distance and op tape; emits ``scrubbed(tick)``."""
 
@@ -310,15 +690,20 @@ class TimelineView(QWidget):
         self.plots: dict[str, pg.PlotItem] = {}
         self.cursors: list[pg.InfiniteLine] = []
         self.row_labels: dict[str, pg.LabelItem] = {}
-        labels = {"loss": "loss", "grad": "‖.grad‖", "distance": "distance", "tape": "ops"}
-        for row, key in enumerate(("loss", "grad", "distance", "tape")):
+        for row, key in enumerate(ROWS):
             # Row names sit in their own column: rotated axis labels collide with ticks in short rows.
-            label = self.graphics.addLabel(labels[key], row=row, col=0, justify="right")
+            label = self.graphics.addLabel(ROW_NAMES[key], row=row, col=0, justify="right")
             label.setFixedWidth(LABEL_WIDTH)
             self.row_labels[key] = label
-            axes = {"left": LogAxis("left") if key in ("loss", "grad") else SparseAxis("left")}
+            left = (
+                LogAxis("left")
+                if key in LOG_ROWS
+                else BytesAxis("left")
+                if key == "saved"
+                else SparseAxis("left")
+            )
             plot = self.graphics.addPlot(
-                row=row, col=1, viewBox=ScrubViewBox(self.scrubbed.emit), axisItems=axes
+                row=row, col=1, viewBox=ScrubViewBox(self.scrubbed.emit), axisItems={"left": left}
             )
             plot.setMenuEnabled(False)
             plot.hideButtons()
@@ -337,13 +722,33 @@ class TimelineView(QWidget):
         for key, stretch in ROW_STRETCH.items():
             self.graphics.ci.layout.setRowStretchFactor(ROW_INDEX[key], stretch)
         # The tape keeps a fixed height: a readable band per run, whatever room the curves get.
-        self.graphics.ci.layout.setRowStretchFactor(3, 0)
+        self.graphics.ci.layout.setRowStretchFactor(ROW_INDEX["tape"], 0)
         self._point_size = 10.0
         self.tape_image = pg.ImageItem()
         self.plots["tape"].addItem(self.tape_image)
-        self.curves: dict[str, list[pg.PlotDataItem]] = {"loss": [], "grad": [], "distance": []}
+        # Each op's letter on its cell of the tape, where cells are wide enough to hold one.
+        self.tape_letters = pg.ScatterPlotItem(pxMode=True, pen=None, brush=pg.mkBrush("#000000"))
+        self.tape_letters.setZValue(10)
+        self.plots["tape"].addItem(self.tape_letters, ignoreBounds=True)
+        self._letters_key: tuple[Any, ...] | None = None
+        self.plots["tape"].getViewBox().sigRangeChanged.connect(self._draw_letters)
+        self.plots["tape"].getViewBox().sigResized.connect(self._draw_letters)
+        self._moment: Moment | None = None
+        self.curves: dict[str, list[pg.PlotDataItem]] = {key: [] for key in ROW_MIN_PX}
         # What each curve draws, kept between frames so that new ops cost only themselves.
-        self.lines: dict[str, list[PeakLine]] = {"loss": [], "grad": [], "distance": []}
+        self.lines: dict[str, list[PeakLine]] = {key: [] for key in ROW_MIN_PX}
+        self.end_labels = {key: EndLabels(self.plots[key]) for key in LABELLED_ROWS}
+        # The floor band of each log row, shown where the row has a zero to draw.
+        self.floor_bands: dict[str, pg.LinearRegionItem] = {}
+        for key in LOG_ROWS:
+            band = pg.LinearRegionItem(orientation="horizontal", movable=False)
+            band.setZValue(-10)
+            band.setVisible(False)
+            self.plots[key].addItem(band, ignoreBounds=True)
+            self.floor_bands[key] = band
+        self.floors: dict[str, Floor | None] = dict.fromkeys(LOG_ROWS)
+        # The footprint rows this lab fills.
+        self.footprint_rows: tuple[str, ...] = ()
         self._tape_rgba = np.zeros((0, 1, 4), dtype=np.ubyte)
         self._tape_filled: list[int] = []  # ops of each run already in the tape's image
         self._tape_n = 0
@@ -383,14 +788,37 @@ class TimelineView(QWidget):
             c.setPen(pg.mkPen(theme.text, width=2))
         for label in self.row_labels.values():
             label.setText(label.text, color=theme.text)
+        floor = QColor(theme.muted)
+        floor.setAlpha(40)
+        for band in self.floor_bands.values():
+            band.setBrush(pg.mkBrush(floor))
+            top, bottom = sorted(band.lines, key=lambda line: line.value())[::-1]
+            top.setPen(pg.mkPen(theme.muted, width=1, style=Qt.PenStyle.DashLine))
+            bottom.setPen(pg.mkPen(None))
+        self._style_end_labels()
         self._legend_text()
+
+    def _style_end_labels(self) -> None:
+        font = QFont()
+        font.setPointSizeF(self._point_size * 0.85)
+        for labels in self.end_labels.values():
+            labels.set_style(font, self.theme.base)
+
+    def _rows_shown(self) -> list[str]:
+        """The curve rows this lab fills: the footprint's where its runs measure them, distance with two."""
+        runs = len(self.info.runs) if self.info is not None else 1
+        return [
+            key
+            for key in ROW_MIN_PX
+            if (key != "distance" or runs > 1) and (key not in FOOTPRINT_ROWS or key in self.footprint_rows)
+        ]
 
     def _size_rows(self) -> None:
         """Give each curve row room for two tick labels and the tape a fixed band per run."""
         scale = self._point_size / 10
         runs = max(len(self.info.runs), 1) if self.info is not None else 1
         layout = self.graphics.ci.layout
-        shown = [key for key in ROW_MIN_PX if key != "distance" or runs > 1]
+        shown = self._rows_shown()
         for key, least in ROW_MIN_PX.items():
             on = key in shown
             self.plots[key].getViewBox().setMinimumHeight(int(least * scale) if on else 0)
@@ -413,7 +841,7 @@ class TimelineView(QWidget):
         # Each curve plot is its view box plus two pixels of (hidden) bottom axis.
         rows = sum(int(ROW_MIN_PX[k] * scale) + 2 for k in shown)
         margins = layout.getContentsMargins()
-        gaps = layout.verticalSpacing() * len(shown)
+        gaps = layout.verticalSpacing() * (len(ROWS) - 1)  # closed-up rows keep their spacing
         least = rows + band + axis + margins[1] + margins[3] + gaps
         self.graphics.setMinimumHeight(max(150, int(least) + 2))
 
@@ -430,15 +858,28 @@ class TimelineView(QWidget):
         for label in self.row_labels.values():
             label.setText(label.text, size=f"{size * 0.85:g}pt", color=self.theme.text)
             label.setFixedWidth(int(LABEL_WIDTH * size / 10))
+        self.tape_letters.setSize(self._letter_px())
+        self._letters_key = None
+        self._style_end_labels()
         self._size_rows()
         self._legend_text()  # its wrapped height in the new type
 
     def set_lab(self, info: LabInfo) -> None:
-        """Curves for each run of the new lab; the distance row only with two or more runs."""
+        """Curves for each run of the new lab; the saved row where its runs measure what autograd
+        saves, the distance row only with two or more runs."""
+        from gradviz.engine.footprint import can_count_saved, lesson_reads, wanted
+
         self.info = info
         self._drawn = None
         self._span = 0.0
         self.fixed_ranges = None
+        measured = wanted(info.scenario)
+        counted = any(can_count_saved(r.spec.loop.order) for r in info.runs)
+        self.footprint_rows = tuple(
+            key
+            for key, on in (("saved", counted), ("nodes", "nodes" in lesson_reads(info.scenario.lesson)))
+            if measured and on
+        )
         for plot in self.plots.values():
             plot.enableAutoRange(y=True)
         for key, curves in self.curves.items():
@@ -450,21 +891,33 @@ class TimelineView(QWidget):
         self._tape_filled = [0] * len(info.runs)
         self._tape_n = 0
         self._tape_k = 1
+        self._letters_key = None
+        self._moment = None  # a moment of the lab before
+        self.tape_letters.setData([], [])
         for e in self.ends:
             self.plots["loss"].removeItem(e)
         self.ends = []
+        values = {"loss": log10_or_zero, "grad": log10_or_zero, "saved": saved_bytes, "nodes": nodes_walked}
         for i, run in enumerate(info.runs):
             colour = QColor(run_color(i))
-            for key in ("loss", "grad"):
-                curve = pg.PlotDataItem(
-                    pen=pg.mkPen(colour, width=2, style=run_dash(i)), connect="finite", name=run.name
+            for key in ("loss", "grad", "saved", "nodes"):
+                pen = pg.mkPen(colour, width=2, style=run_dash(i))
+                # A backward's nodes are a count per call: markers, with nothing between two calls.
+                curve = (
+                    pg.PlotDataItem(
+                        pen=None, symbol=run_symbol(i), symbolBrush=colour, symbolPen=pen, name=run.name
+                    )
+                    if key == "nodes"
+                    else pg.PlotDataItem(pen=pen, connect="finite", name=run.name)
                 )
                 self.plots[key].addItem(curve)
                 self.curves[key].append(curve)
-                self.lines[key].append(PeakLine(log10_positive))
+                self.lines[key].append(PeakLine(values[key]))
             end = pg.ScatterPlotItem(size=14, symbol="x", pen=pg.mkPen(colour, width=2), brush=colour)
             self.plots["loss"].addItem(end)
             self.ends.append(end)
+        for labels in self.end_labels.values():
+            labels.set_runs([QColor(run_color(i)) for i in range(len(info.runs))])
         for i in range(1, len(info.runs)):
             curve = pg.PlotDataItem(
                 pen=pg.mkPen(QColor(run_color(i)), width=2, style=run_dash(i)), connect="finite"
@@ -475,9 +928,15 @@ class TimelineView(QWidget):
             self.lines["distance"].append(PeakLine(_finite_or_gap))
         first = info.runs[0].name
         others = ", ".join(r.name for r in info.runs[1:])
-        self.plots["distance"].setVisible(len(info.runs) > 1)
-        self.row_labels["distance"].setVisible(len(info.runs) > 1)
+        for key, on in (
+            ("distance", len(info.runs) > 1),
+            *((k, k in self.footprint_rows) for k in FOOTPRINT_ROWS),
+        ):
+            self.plots[key].setVisible(on)
+            self.row_labels[key].setVisible(on)
         self.plots["distance"].setToolTip(f"‖θ(run) − θ({first})‖ for {others}")
+        self.plots["saved"].setToolTip("Bytes of tensors autograd holds saved for backward after each op")
+        self.plots["nodes"].setToolTip("Autograd nodes each backward() walked")
         tape = self.plots["tape"]
         tape.getAxis("left").setTicks([[]])
         tape.setYRange(0, len(info.runs), padding=0)
@@ -498,14 +957,22 @@ class TimelineView(QWidget):
         def entry(html: str) -> str:
             return f"<span style='white-space:nowrap'>{html}</span>"
 
+        kinds = loss_kinds(self.info)
         runs = gap.join(
-            entry(f"<span style='color:{run_color(i)}'>{run_glyph(i)} {r.name}</span>")
+            entry(
+                f"<span style='color:{run_color(i)}'>{run_glyph(i)} {r.name}</span>"
+                + (f" (loss {kinds[i]})" if kinds[i] else "")
+            )
             for i, r in enumerate(self.info.runs)
         )
         ops = gap.join(
             entry(f"<span style='color:{OP_COLORS[op]}'>■</span> {OP_LETTERS[op]} {op}") for op in OPS
         )
         groups = [runs, entry("ops tape by tick, a row per run:") + " " + ops]
+        if "saved" in self.footprint_rows:
+            groups.append(entry("saved: bytes held for backward"))
+        if "nodes" in self.footprint_rows:
+            groups.append(entry("walked: nodes per backward()"))
         if len(self.info.runs) > 1:
             first = self.info.runs[0].name
             groups.append(entry(f"distance: ‖θ − θ<sub>{first}</sub>‖"))
@@ -516,31 +983,42 @@ class TimelineView(QWidget):
     def ranges_for(self, moment: Moment) -> dict[str, tuple[float, float]]:
         """The axis ranges that hold everything the tape has up to ``moment``.
 
-        ``"x"`` spans the ticks; ``"loss"``, ``"grad"`` (log10) and ``"distance"`` span
-        each row's finite values over every run. A row with no finite value is left out.
+        ``"x"`` spans the ticks; ``"loss"``, ``"grad"`` (log10, down to the floor band
+        where a zero is drawn), ``"saved"`` and ``"distance"`` span each row's finite
+        values over every run; ``"loss:zero"`` and ``"grad:zero"`` are the positive
+        spans a floor band is placed under. A row with nothing to draw is left out.
         """
         info = self.info
         assert info is not None
         tape = moment.tape
         out = {"x": (-0.5, float(max(moment.tick, 0)) + 1.5)}
-        loss: list[np.ndarray] = []
-        grad: list[np.ndarray] = []
+        parts: dict[str, list[np.ndarray]] = {"loss": [], "grad": [], "saved": [], "nodes": []}
         for run in info.runs:
             rt = tape.runs[run.name]
             n = rt.index_at(moment.tick) + 1
-            loss.append(log10_positive(rt.loss[:n]))
-            grad.append(log10_positive(rt.grad_norm[:n]))
+            parts["loss"].append(log10_or_zero(rt.loss[:n]))
+            parts["grad"].append(log10_or_zero(rt.grad_norm[:n]))
+            for key, read in (("saved", saved_bytes), ("nodes", nodes_walked)):
+                if key in self.footprint_rows:
+                    parts[key].append(read(rt.records[:n]))
+        for key in LOG_ROWS:
+            span, floor = log_row_range(np.concatenate(parts[key]))
+            if span is not None:
+                out[key] = (floor.bottom, span[1]) if floor is not None else span
+                if floor is not None:
+                    out[f"{key}:zero"] = span
         n = bisect.bisect_right(tape.distance_ticks, moment.tick)
         distance = [np.asarray(column[:n], dtype=np.float64) for column in tape.distance]
-        for key, parts in (("loss", loss), ("grad", grad), ("distance", distance)):
-            values = np.concatenate(parts) if parts else np.zeros(0)
+        for key, linear in (("saved", parts["saved"]), ("nodes", parts["nodes"]), ("distance", distance)):
+            values = np.concatenate(linear) if linear else np.zeros(0)
             values = values[np.isfinite(values)]
             if values.size:
-                lo, hi = float(values.min()), float(values.max())
-                if key == "distance":
-                    lo = min(lo, 0.0)  # identical runs sit on a visible 0
+                # Identical runs and freed graphs sit on a visible 0.
+                lo, hi = min(float(values.min()), 0.0), float(values.max())
                 if hi - lo < 1e-9:
                     lo, hi = lo - 0.5, hi + 0.5
+                if key == "nodes":
+                    hi += (hi - lo) * 0.15  # room for the highest count's whole marker
                 out[key] = (lo, hi)
         return out
 
@@ -554,7 +1032,7 @@ class TimelineView(QWidget):
         lo, hi = ranges["x"]
         self._span = hi
         self.plots["loss"].setXRange(lo, hi, padding=0.01)
-        for key in ("loss", "grad", "distance"):
+        for key in ROW_MIN_PX:
             if key in ranges:
                 self.plots[key].setYRange(*ranges[key], padding=0.08)
             else:
@@ -571,6 +1049,7 @@ class TimelineView(QWidget):
             c.setValue(moment.tick + 0.5 if moment.tick >= 0 else -0.5)
         total = sum(len(rt) for rt in tape.runs.values())
         drawn = (total, moment.horizon)
+        self._moment = moment
         if drawn != self._drawn:
             self._drawn = drawn
             self._draw_curves(moment)
@@ -589,22 +1068,68 @@ class TimelineView(QWidget):
         assert info is not None
         tape = moment.tape
         horizon = moment.horizon
+        keys = (*LOG_ROWS, *self.footprint_rows)
+        points: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {key: [] for key in keys}
         for i, run in enumerate(info.runs):
             rt = tape.runs[run.name]
             n = rt.index_at(horizon) + 1
-            for key, column in (("loss", rt.loss), ("grad", rt.grad_norm)):
-                self.curves[key][i].setData(*self.lines[key][i].update(rt.ticks, column, n))
+            columns = {"loss": rt.loss, "grad": rt.grad_norm, "saved": rt.records, "nodes": rt.records}
+            for key in keys:
+                points[key].append(self.lines[key][i].update(rt.ticks, columns[key], n))
             end = _last_finite(rt.loss, n) if n and rt.statuses[n - 1] != "running" else None
             if end is not None:
                 self.ends[i].setData([rt.ticks[end] + 0.5], [float(np.log10(rt.loss[end]))])
             else:
                 self.ends[i].setData([], [])
+        for key in LOG_ROWS:
+            points[key] = self._on_floor(key, points[key])
+        kinds = loss_kinds(info)
+        for key in keys:
+            ends: list[tuple[float, float, str] | None] = []
+            for i, (x, y) in enumerate(points[key]):
+                if key == "nodes":  # markers only: the backward() calls
+                    x, y = x[np.isfinite(y)], y[np.isfinite(y)]
+                self.curves[key][i].setData(x, y)
+                name = info.runs[i].name
+                if key == "loss" and kinds[i]:
+                    name += f": {kinds[i]}"
+                elif key == "saved":
+                    peak = iteration_peak(moment, info.runs[i].name)
+                    name += f" · peak {peak:,} B" if peak is not None else ""
+                at = _end_of(x, y, name)
+                if key == "nodes" and at is not None:
+                    at = (at[0], at[1], f"{name} · {at[1]:,.0f} nodes")
+                ends.append(at)
+            self.end_labels[key].set_ends(ends)
         shown = bisect.bisect_right(tape.distance_ticks, horizon)
         for curve, line, column in zip(
             self.curves["distance"], self.lines["distance"], tape.distance, strict=True
         ):
             curve.setData(*line.update(tape.distance_ticks, column, shown))
         self._draw_tape(moment)
+
+    def _on_floor(
+        self, key: str, points: list[tuple[np.ndarray, np.ndarray]]
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Log row ``key``'s points with each zero (-inf) moved onto its floor band, shown where needed."""
+        fixed = self.fixed_ranges
+        if fixed is not None:
+            span = fixed.get(f"{key}:zero")
+            floor = floor_below(*span) if span is not None else None
+        else:
+            _, floor = log_row_range(np.concatenate([y for _, y in points]) if points else np.zeros(0))
+        self.floors[key] = floor
+        axis = self.plots[key].getAxis("left")
+        if axis.floor != floor:
+            axis.floor = floor
+            axis.picture = None  # its labels change with the band
+            axis.update()
+        band = self.floor_bands[key]
+        band.setVisible(floor is not None)
+        if floor is None:
+            return points
+        band.setRegion((floor.bottom - 10 * (floor.top - floor.bottom), floor.top))  # past the row's bottom
+        return [(x, np.where(np.isneginf(y), floor.level, y)) for x, y in points]
 
     def drawn_points(self) -> int:
         """How many points the curves were last handed, over every row and run."""
@@ -641,6 +1166,41 @@ class TimelineView(QWidget):
         self._tape_n = n
         self.tape_image.setImage(self._tape_columns(n), levels=(0, 255), autoLevels=False)
         self.tape_image.setRect(0, 0, n, runs)
+        self._draw_letters()
+
+    def _letter_px(self) -> float:
+        """The op letters' height in pixels: most of a run's band of the tape."""
+        return TAPE_ROW_PX * self._point_size / 10 * 0.75
+
+    def _draw_letters(self, *_: Any) -> None:
+        """Each op in view gets its letter on its cell (so the tape does not rest on colour alone),
+        where a cell is wide enough to hold one; where ops are denser, none."""
+        moment, info = self._moment, self.info
+        if moment is None or info is None:
+            return
+        box = self.plots["tape"].getViewBox()
+        (x0, x1), _ = box.viewRange()
+        width = box.width()
+        key = (x0, x1, width, moment.horizon, sum(len(rt) for rt in moment.tape.runs.values()))
+        if key == self._letters_key:
+            return
+        self._letters_key = key
+        if width <= 0 or x1 <= x0 or width / (x1 - x0) < self._letter_px() * LETTER_ROOM:
+            self.tape_letters.setData([], [])
+            return
+        xs: list[float] = []
+        ys: list[float] = []
+        symbols: list[QPainterPath] = []
+        runs = len(info.runs)
+        for r, run in enumerate(info.runs):
+            rt = moment.tape.runs[run.name]
+            first = bisect.bisect_left(rt.ticks, int(np.floor(x0)))
+            last = rt.index_at(min(int(np.ceil(x1)), moment.horizon)) + 1
+            for j in range(first, last):
+                xs.append(rt.ticks[j] + 0.5)
+                ys.append(runs - 1 - r + 0.5)  # row 0 at the top, as in the image
+                symbols.append(letter_symbol(OP_LETTERS[rt.ops[j]]))
+        self.tape_letters.setData(x=xs, y=ys, symbol=symbols, size=self._letter_px())
 
     def _tape_columns(self, n: int) -> np.ndarray:
         """The tape's first ``n`` ticks as at most :data:`TAPE_COLUMNS` columns (means of ``k`` ticks)."""
