@@ -71,8 +71,9 @@ PRESENTATION_VIEWS: tuple[str, ...] = ("code", "surface", "grads")
 MENU_VIEWS: tuple[str, ...] = tuple(name for name in VIEWS if name != "surface3d")
 # Presentation type is larger, but plots need not grow with it as much.
 PRESENTATION_MIN_SCALE = 1.3
-# The least and the most of the window's width the lesson panel takes beside the views.
-LESSON_SHARE = (0.25, 0.5)
+# The least of the window's width the lesson panel takes beside the views, the most in presentation
+# mode (large type, the room reads the questions) and the most in the window (the views matter more).
+LESSON_SHARE = (0.25, 0.5, 0.36)
 
 
 @dataclass(frozen=True)

@@ -783,11 +783,16 @@ class MainWindow(QMainWindow):
         self._show_chosen()  # the views that stay readable beside a lesson at this width
         self._fit_lesson_panel()
         QApplication.processEvents()
+        self._fit_columns()
+
+    def _fit_columns(self) -> None:
+        """The code column as wide as the loop, the code and the inspector sharing its height by need."""
         code_w, _ = self.code.loop_extent()
         width = self.split.width()
         if self.right.isVisible() and self.left.isVisible():
             # As wide as the loop, within limits; never so wide that the surface loses its readable width.
-            right = WINDOW_LAYOUT.minimum(self._shown_views(self.right), PRESENTATION_MIN_SCALE)[0]
+            scale = PRESENTATION_MIN_SCALE if self.presenting else 1.0
+            right = WINDOW_LAYOUT.minimum(self._shown_views(self.right), scale)[0]
             left = min(max(code_w, int(width * 0.4)), int(width * 0.62), width - right)
             self.split.setSizes([left, width - left])
             QApplication.processEvents()  # lines longer than the column wrap: measure them wrapped
@@ -851,8 +856,10 @@ class MainWindow(QMainWindow):
         scale = PRESENTATION_MIN_SCALE if self.presenting else 1.0
         readable = WINDOW_LAYOUT.minimum(self._shown_views(self.split), scale)[0]
         views = max(readable, self.split.minimumSizeHint().width())
-        most = min(int(width * LESSON_SHARE[1]), width - views - 20)
-        least = min(max(int(width * LESSON_SHARE[0]), self._lesson_width), most)
+        most = min(int(width * LESSON_SHARE[1 if self.presenting else 2]), width - views - 20)
+        # Presentation holds the widest a stop has needed, so the views keep still for the room.
+        held = self._lesson_width if self.presenting else 0
+        least = min(max(int(width * LESSON_SHARE[0]), held), most)
         self._lesson_width = panel.least_width(max(least, 1), max(most, 1), panel.height())
         panel.setFixedWidth(self._lesson_width)
 
@@ -863,8 +870,11 @@ class MainWindow(QMainWindow):
     def _refit(self) -> None:
         if self.presenting:
             self.fit_presentation()
-        else:
+        elif self.lesson.active:
+            # A lesson's panel takes room from the views: they share what is left by what they show.
             self._fit_lesson_panel()
+            QApplication.processEvents()
+            self._fit_columns()
 
     def _presentation_panel(self, key: str, on: bool) -> None:
         chosen = [k for k in MENU_VIEWS if (k == key and on) or (k != key and k in self.presentation_panels)]
