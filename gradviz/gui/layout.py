@@ -146,7 +146,8 @@ def share(total: int, least: Sequence[int], full: Sequence[int]) -> list[int]:
     left goes to the first: a view shows no more empty space than it must. Otherwise each
     gets the least that keeps its point in view (``least``: the loop's lines, the leading
     rows) and what is left is shared in proportion to what each still lacks; where even
-    that does not fit, ``total`` is shared in proportion to ``least``.
+    that does not fit, the others keep their least and the first (the code, which scrolls to
+    its current line) takes what is left.
     """
     full = [max(f, n) for f, n in zip(full, least, strict=True)]
     if not full:
@@ -157,7 +158,10 @@ def share(total: int, least: Sequence[int], full: Sequence[int]) -> list[int]:
         spare, lack = total - sum(least), [f - n for f, n in zip(full, least, strict=True)]
         sizes = [n + spare * gap // max(sum(lack), 1) for n, gap in zip(least, lack, strict=True)]
     else:
-        sizes = [total * n // max(sum(least), 1) for n in least]
+        rest = list(least[1:])
+        while rest and sum(rest) > total:
+            rest[-1] = max(total - sum(rest[:-1]), 0)
+        sizes = [0, *rest]
     sizes[0] += total - sum(sizes)  # what rounding left over
     return sizes
 

@@ -762,6 +762,7 @@ class MainWindow(QMainWindow):
             QApplication.processEvents()  # the normal type's minimum sizes, before the sizes go back
             for splitter, sizes in zip(self._splitters(), self._normal_sizes, strict=True):
                 splitter.setSizes(sizes)
+            QTimer.singleShot(0, self._refit)  # a lesson's panel: back to the window's width
         self.grads.fit_columns()
         self.schedule_redraw()
 
@@ -827,6 +828,7 @@ class MainWindow(QMainWindow):
             editor.blockBoundingGeometry(last).translated(editor.contentOffset()).bottom() > seen
         ):
             bar.setValue(bar.value() + 1)
+        editor.ensureCursorVisible()  # the code view's cursor is on the line that runs next: it wins
 
     def _shown_views(self, within: QWidget) -> list[str]:
         """The names of the views shown inside ``within`` (a column, or all of them)."""

@@ -17,8 +17,9 @@ def test_where_only_the_least_fits_each_keeps_it_and_the_rest_goes_by_what_is_mi
     assert sizes == [367, 233]  # 100 spare: two thirds to the code, which lacks 200 of the 300
 
 
-def test_where_not_even_the_least_fits_the_room_goes_in_proportion() -> None:
-    assert share(300, [400, 200], [500, 300]) == [200, 100]
+def test_where_not_even_the_least_fits_the_leading_rows_keep_theirs_and_the_code_scrolls() -> None:
+    assert share(300, [400, 200], [500, 300]) == [100, 200]
+    assert share(150, [400, 200], [500, 300]) == [0, 150]
 
 
 def test_beside_a_lesson_the_surface_gives_way_on_a_narrow_screen_only() -> None:
