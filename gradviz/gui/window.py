@@ -9,6 +9,7 @@ ops arrived since the last one.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -789,6 +790,11 @@ class MainWindow(QMainWindow):
     def _fit_columns(self) -> None:
         """The code column as wide as the loop, the code and the inspector sharing its height by need."""
         code_w, _ = self.code.loop_extent()
+        # Wide enough for the setup lines too where the surface can spare it: unwrapped, the whole fits.
+        editor = self.code.editor
+        chrome = self.code.width() - editor.viewport().width() + 2 * int(editor.document().documentMargin())
+        widest = max((editor.fontMetrics().horizontalAdvance(d.text) for d in self.code.lines), default=0)
+        code_w = max(code_w, widest + chrome)
         width = self.split.width()
         if self.right.isVisible() and self.left.isVisible():
             # As wide as the loop, within limits; never so wide that the surface loses its readable width.
@@ -839,9 +845,11 @@ class MainWindow(QMainWindow):
         """The code panel's height that shows the loop, and the one that shows every line."""
         code = self.code
         _, loop = code.loop_extent()
-        doc = code.editor.document()
-        above = sum(max(doc.findBlockByNumber(r).lineCount(), 1) for r in range(code.loop_rows().start))
-        return loop, loop + above * code.editor.fontMetrics().lineSpacing()
+        editor, doc = code.editor, code.editor.document()
+        line = editor.fontMetrics().lineSpacing()
+        blocks = (doc.findBlockByNumber(r) for r in range(code.loop_rows().start))
+        above = sum(max(math.ceil(editor.blockBoundingRect(b).height()), line) for b in blocks)
+        return loop, loop + above
 
     def _fit_lesson_panel(self) -> None:
         """Make the lesson panel as wide as its stop, questions and reveals need to be read unscrolled.
