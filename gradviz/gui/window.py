@@ -866,10 +866,18 @@ class MainWindow(QMainWindow):
         scale = PRESENTATION_MIN_SCALE if self.presenting else 1.0
         readable = WINDOW_LAYOUT.minimum(self._shown_views(self.split), scale)[0]
         views = max(readable, self.split.minimumSizeHint().width())
-        most = min(int(width * LESSON_SHARE[1 if self.presenting else 2]), width - views - 20)
+        # Beyond its least, the panel leaves the loop unwrapped beside the other column's readable width.
+        right = self._shown_views(self.right) if self.right.isVisible() else []
+        loop = self.code.loop_extent()[0] + WINDOW_LAYOUT.minimum(right, scale)[0]
+        share_least = int(width * LESSON_SHARE[0])
+        most = min(
+            int(width * LESSON_SHARE[1 if self.presenting else 2]),
+            width - views - 20,
+            max(width - loop - 20, share_least),
+        )
         # Presentation holds the widest a stop has needed, so the views keep still for the room.
         held = self._lesson_width if self.presenting else 0
-        least = min(max(int(width * LESSON_SHARE[0]), held), most)
+        least = min(max(share_least, held), most)
         self._lesson_width = panel.least_width(max(least, 1), max(most, 1), panel.height())
         panel.setFixedWidth(self._lesson_width)
 
