@@ -746,9 +746,6 @@ class MainWindow(QMainWindow):
             if hasattr(view, "set_point_size"):
                 view.set_point_size(self.points)
         self.code.set_wrap(on)
-        # A lecture shows content: the plane's picker, Recompute and the line checkboxes stay in the window.
-        self.code.show_controls(not on)
-        self.surface.show_controls(not on)
         self.lesson_panel.set_presenting(on)
         self._fix_narration_height()
         if full_screen:
@@ -757,13 +754,20 @@ class MainWindow(QMainWindow):
                 self.showFullScreen()
             else:
                 self.showNormal()
+        # A lecture shows content: the plane's picker, Recompute and the line checkboxes stay in the
+        # window (given back once the panel has its size: a checkbox out of sight is hidden).
+        self.surface.show_controls(not on)
         if on:
+            self.code.show_controls(False)
             self.fit_presentation()
-        elif hasattr(self, "_normal_sizes"):
-            QApplication.processEvents()  # the normal type's minimum sizes, before the sizes go back
-            for splitter, sizes in zip(self._splitters(), self._normal_sizes, strict=True):
-                splitter.setSizes(sizes)
-            QTimer.singleShot(0, self._refit)  # a lesson's panel: back to the window's width
+        else:
+            if hasattr(self, "_normal_sizes"):
+                QApplication.processEvents()  # the normal type's minimum sizes, before the sizes go back
+                for splitter, sizes in zip(self._splitters(), self._normal_sizes, strict=True):
+                    splitter.setSizes(sizes)
+                QTimer.singleShot(0, self._refit)  # a lesson's panel: back to the window's width
+            QApplication.processEvents()
+            self.code.show_controls(True)
         self.grads.fit_columns()
         self.schedule_redraw()
 
