@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import itertools
 import sys
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -795,14 +795,19 @@ class ExportFrame(QWidget):
         if points != self._caption_points:
             self._set_caption_points(points)
 
-    def evidence(self) -> list[QRect]:
+    def evidence(self, reads: Iterable[str] = ()) -> list[QRect]:
         """Where the frame shows what a lesson card asks about, in frame coordinates.
 
         The code's lines that ran and the line that runs next, and the inspector's
         rows the lesson leads with (every row, when it leads with none): the parts
-        of them in sight.
+        of them in sight; and the whole of every other view the card ``reads``
+        (the surfaces, the timeline: :func:`~gradviz.gui.export_lesson.stop_views`).
         """
-        out: list[QRect] = []
+        out: list[QRect] = [
+            _rect_in(view, self)
+            for key, view in self.views.items()
+            if key in reads and key not in ("code", "grads") and view.isVisibleTo(self)
+        ]
         code = self.views.get("code")
         if code is not None and code.isVisibleTo(self):
             editor = code.editor
@@ -830,7 +835,7 @@ class ExportFrame(QWidget):
                     out.append(QRect(table.viewport().mapTo(self, box.topLeft()), box.size()))
         return out
 
-    def _card_places(self, top: int, margin: int) -> list[QRect]:
+    def _card_places(self, top: int, margin: int, reads: Iterable[str] = ()) -> list[QRect]:
         """Where a card may go: the band of the views, or a column of them, clear of :meth:`evidence`.
 
         Where some evidence lies in a place, the part above all of it and the part below
@@ -847,7 +852,7 @@ class ExportFrame(QWidget):
                 left = min(b.left() for b in boxes)
                 right = max(b.right() for b in boxes)
                 places.append(QRect(left, top, right - left + 1, bottom - top + 1))
-        evidence = self.evidence()
+        evidence = self.evidence(reads)
         out: list[QRect] = []
         for place in places:
             hit = [e for e in evidence if e.intersects(place)]
@@ -860,10 +865,11 @@ class ExportFrame(QWidget):
             out.append(QRect(place.left(), below, place.width(), place.bottom() - below + 1))
         return [p for p in out if p.height() > 0 and p.width() > 0]
 
-    def show_card(self, html: str) -> None:
+    def show_card(self, html: str, reads: Iterable[str] = ()) -> None:
         """Hold ``html`` (a lesson's question or reveal) over the views in large type; "" hides it.
 
-        The card covers no :meth:`evidence`: of the band of the views, a column of them,
+        The card covers no :meth:`evidence` (that of the views it ``reads`` included):
+        of the band of the views, a column of them,
         or the part of either above or below the evidence, it takes the place that holds
         its text in large type (up to :data:`CARD_POINTS_TRADED` below the largest any
         place allows) hiding least of the code and the inspector, as tall as its text
@@ -877,14 +883,22 @@ class ExportFrame(QWidget):
         top = _rect_in(self.caption, self).bottom() + 8 if self.frame_style.caption else 8
         margin = max(8, w // 40)
         self.card.setText(html)
-        evidence_views = [v for k, v in self.views.items() if k in ("code", "grads") and v.isVisibleTo(self)]
+        reads = frozenset(reads)
+        evidence_views = [
+            v for k, v in self.views.items() if k in {"code", "grads"} | reads and v.isVisibleTo(self)
+        ]
         fitting: list[tuple[float, int, int, QRect]] = []
-        for place in self._card_places(top, margin):
-            points, need = self._card_fit(place.width(), place.height())
-            if need <= place.height():
-                card = QRect(place.left(), place.bottom() + 1 - need, place.width(), need)
-                hidden = sum(_area(card.intersected(_rect_in(v, self))) for v in evidence_views)
-                fitting.append((points, hidden, place.top(), place))
+        # Clear of every view it reads where it fits so; else, as a last resort, of the code's
+        # line and the inspector's rows alone.
+        for avoid in (reads, frozenset()):
+            for place in self._card_places(top, margin, avoid):
+                points, need = self._card_fit(place.width(), place.height())
+                if need <= place.height():
+                    card = QRect(place.left(), place.bottom() + 1 - need, place.width(), need)
+                    hidden = sum(_area(card.intersected(_rect_in(v, self))) for v in evidence_views)
+                    fitting.append((points, hidden, place.top(), place))
+            if fitting:
+                break
         if fitting:
             # A little smaller type is worth hiding less of the code and the inspector; then the
             # lowest place, which covers the code after the loop rather than the loop.
@@ -892,7 +906,7 @@ class ExportFrame(QWidget):
             near = [f for f in fitting if f[0] >= largest - CARD_POINTS_TRADED]
             place = min(near, key=lambda f: (f[1], -f[2]))[3]
         else:
-            place = max(self._card_places(top, margin), key=lambda p: p.height())
+            place = max(self._card_places(top, margin, reads), key=lambda p: p.height())
         _, need = self._card_fit(place.width(), place.height())
         height = min(need, place.height())
         self.card.setGeometry(place.left(), place.bottom() + 1 - height, place.width(), height)

@@ -250,7 +250,7 @@ class ExportJob:
                     break
                 tick = end
             yield from renderer.show(tick)
-            self._add(renderer.render(shot.card, shot.caption), shot.hold)
+            self._add(renderer.render(shot.card, shot.caption, shot.reads), shot.hold)
             shown = tick
             if self.preview_only or tick != shot.tick:
                 break

@@ -16,13 +16,33 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gradviz.engine.lesson import Question
+    from gradviz.engine.lesson import Claim, Question, Stop
     from gradviz.engine.quiz import PlacedStop, Reveal
 
 QUESTION_SECONDS = 5.0
 REVEAL_SECONDS = 7.0
 # A stop without questions: its caption is read over the moment after its op.
 CAPTION_SECONDS = 3.0
+
+# The views that show what a question reads: the inspector holds every parameter's value and
+# .grad and the readouts of lr, memory and autograd; the surface where the weights are and the
+# loss; the timeline the loss.
+READ_VIEWS = {
+    "grad": ("grads",),
+    "fresh": ("grads",),
+    "stale": ("grads",),
+    "value": ("grads", "surface"),
+    "lr": ("grads",),
+    "saved": ("grads",),
+    "nodes": ("grads",),
+    "loss": ("surface", "timeline"),
+}
+# And what a claim's verb (or, for `changed` and `same`, what it compares) is seen in.
+CLAIM_VIEWS = {
+    "moved": ("grads", "surface"),
+    "weights": ("grads", "surface"),
+    "raised": ("code",),
+}
 
 
 @dataclass(frozen=True)
@@ -42,6 +62,8 @@ class Shot:
     part:
         ``(k, n)``: a frame within the backward at ``tick``, with the first ``k``/``n`` of its
         nodes run; None for the moment after the op.
+    reads:
+        The views that show what the card asks about (:func:`stop_views`): the card keeps clear of them.
     """
 
     tick: int
@@ -49,6 +71,27 @@ class Shot:
     card: str = ""
     caption: str | None = None
     part: tuple[int, int] | None = None
+    reads: frozenset[str] = frozenset()
+
+
+def _claim_views(claim: Claim) -> set[str]:
+    if claim.verb == "all":
+        return {v for part in claim.parts for v in _claim_views(part)}
+    key = claim.target if claim.verb in ("changed", "same") and isinstance(claim.target, str) else claim.verb
+    return set(CLAIM_VIEWS.get(key, ("grads",)))
+
+
+def stop_views(stop: Stop) -> frozenset[str]:
+    """The views in which a stop's questions and their reveals can be seen: always the code's line."""
+    views = {"code"}
+    for q in stop.questions:
+        if q.read is not None:
+            views |= set(READ_VIEWS.get(q.read.quantity, ("grads",)))
+        for choice in q.choices:
+            views |= _claim_views(choice.claim)
+    if "surface" in views:
+        views.add("surface3d")  # the same surface, in 3-D
+    return frozenset(views)
 
 
 def _frames(seconds: float, fps: float) -> int:
@@ -135,10 +178,15 @@ def lesson_shots(
         if stop.questions:
             play(placed.tick - 1)
             asked = question_card(number, count, stop.questions)
-            shots.append(Shot(snap(placed.tick - 1), _frames(QUESTION_SECONDS, fps), asked, caption))
+            reads = stop_views(stop)
+            shots.append(
+                Shot(snap(placed.tick - 1), _frames(QUESTION_SECONDS, fps), asked, caption, reads=reads)
+            )
             shown = max(shown, placed.tick)  # the stop's op: shown with its reveal
             shown_card = reveal_card(number, count, stop.questions, reveals(i))
-            shots.append(Shot(snap(placed.tick), _frames(REVEAL_SECONDS, fps), shown_card, caption))
+            shots.append(
+                Shot(snap(placed.tick), _frames(REVEAL_SECONDS, fps), shown_card, caption, reads=reads)
+            )
         else:
             play(placed.tick - 1)
             shown = max(shown, placed.tick)

@@ -16,7 +16,7 @@ order, and :attr:`FrameRenderer.notes` says which were kept.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -420,10 +420,10 @@ class FrameRenderer:
         while tape.missing(c.cursor) and not self._errors:
             yield
 
-    def render(self, card: str = "", caption: str | None = None) -> np.ndarray:
-        """The current moment as an RGB frame, with a lesson ``card`` over the views and another caption."""
+    def render(self, card: str = "", caption: str | None = None, reads: Iterable[str] = ()) -> np.ndarray:
+        """The moment as an RGB frame: a lesson ``card`` clear of the views it ``reads``, a caption."""
         self.frame.draw(self.moment(), caption)
-        self.frame.show_card(card)
+        self.frame.show_card(card, reads)
         return self.frame.render_rgb()
 
     def frames(self, ticks: Sequence[int]) -> Iterator[np.ndarray]:

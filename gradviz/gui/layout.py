@@ -11,7 +11,7 @@ drift apart. Nothing here imports Qt until a view is made.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +71,9 @@ PRESENTATION_VIEWS: tuple[str, ...] = ("code", "surface", "grads")
 MENU_VIEWS: tuple[str, ...] = tuple(name for name in VIEWS if name != "surface3d")
 # Presentation type is larger, but plots need not grow with it as much.
 PRESENTATION_MIN_SCALE = 1.3
+# The least of the window's width the lesson panel takes beside the views, the most in presentation
+# mode (large type, the room reads the questions) and the most in the window (the views matter more).
+LESSON_SHARE = (0.25, 0.5, 0.36)
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,54 @@ WINDOW_LAYOUT = Layout(
 )
 
 
+def share(total: int, least: Sequence[int], full: Sequence[int]) -> list[int]:
+    """Sizes for views stacked (or side by side) in ``total`` pixels, giving each the room its content needs.
+
+    Where every view's whole content fits (``full``), each gets just that and the room
+    left goes to the first: a view shows no more empty space than it must. Otherwise each
+    gets the least that keeps its point in view (``least``: the loop's lines, the leading
+    rows) and what is left is shared in proportion to what each still lacks; where even
+    that does not fit, the others keep their least and the first (the code, which scrolls to
+    its current line) takes what is left.
+    """
+    full = [max(f, n) for f, n in zip(full, least, strict=True)]
+    if not full:
+        return []
+    if sum(full) <= total:
+        return [full[0] + total - sum(full), *full[1:]]
+    if sum(least) <= total:
+        spare, lack = total - sum(least), [f - n for f, n in zip(full, least, strict=True)]
+        sizes = [n + spare * gap // max(sum(lack), 1) for n, gap in zip(least, lack, strict=True)]
+    else:
+        rest = list(least[1:])
+        while rest and sum(rest) > total:
+            rest[-1] = max(total - sum(rest[:-1]), 0)
+        sizes = [0, *rest]
+    sizes[0] += total - sum(sizes)  # what rounding left over
+    return sizes
+
+
 SURFACES = ("surface", "surface3d")
+
+
+# The views that give way first when a lesson panel needs the room beside them.
+GIVE_WAY = ("surface3d", "graph", "timeline", "surface")
+
+
+def beside_lesson(shown: Iterable[str], width: int, scale: float = 1.0) -> tuple[str, ...]:
+    """The views of ``shown`` that stay readable in ``width`` pixels beside a lesson panel at its widest.
+
+    The surfaces, the graph and the timeline give way, in :data:`GIVE_WAY`'s order, until
+    the rest fit; the code and the ``.grad`` inspector, where the questions' evidence is, stay.
+    """
+    keep = list(shown)
+    room = int(width * (1 - LESSON_SHARE[1]))
+    for name in GIVE_WAY:
+        if WINDOW_LAYOUT.minimum(keep, scale)[0] <= room:
+            break
+        if name in keep and len(keep) > 1:
+            keep.remove(name)
+    return tuple(keep)
 
 
 def views_for(lesson: Lesson | None, views: Iterable[str]) -> tuple[str, ...]:

@@ -19,7 +19,10 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QLineEdit, QScrollAre
 
 from gradviz.gui.controller import Controller
 
-HINT = "1–5 or a–e: choose · Enter: reveal · Page Down: next stop · Page Up: back · Ctrl+L: end the lesson"
+HINT = (
+    "1–5 or a–e: choose · Enter: reveal · Page Down: the rest of the answers, then the next stop"
+    " · Page Up: back · Ctrl+L: end the lesson"
+)
 
 
 class _Choice(QLabel):
@@ -121,6 +124,9 @@ class _QuestionBox(QWidget):
 class LessonPanel(QWidget):
     """The lesson's stop, its questions, and after the reveal what the real run says."""
 
+    # What it shows changed (a stop, a reveal, the end): the room it needs may have too.
+    content_changed = Signal()
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("lessonPanel")
@@ -134,7 +140,7 @@ class LessonPanel(QWidget):
         self.caption.setObjectName("lessonCaption")
         self.questions: list[_QuestionBox] = []
         # Questions and reveals scroll inside the panel when they outgrow the screen.
-        inner = QWidget()
+        inner = self._questions = QWidget()
         self.body = QVBoxLayout(inner)
         self.body.setContentsMargins(0, 0, 0, 0)
         self.body.addStretch(1)
@@ -148,7 +154,7 @@ class LessonPanel(QWidget):
         self.hint.setWordWrap(True)
         head = QHBoxLayout()
         head.addWidget(self.title, 1)
-        box = QVBoxLayout(self)
+        box = self._box = QVBoxLayout(self)
         box.setContentsMargins(8, 4, 8, 4)
         box.addLayout(head)
         box.addWidget(self.caption)
@@ -159,6 +165,7 @@ class LessonPanel(QWidget):
     def _clear(self) -> None:
         for q in self.questions:
             self.body.removeWidget(q)
+            q.hide()  # until Qt deletes it, it would still be drawn under the new questions
             q.deleteLater()
         self.questions = []
 
@@ -176,11 +183,14 @@ class LessonPanel(QWidget):
             first.entry.setFocus()
         else:
             self.setFocus()
+        self.questions_area.verticalScrollBar().setValue(0)
+        self.content_changed.emit()
 
     def show_end(self, score: int, total: int) -> None:
         self._clear()
         self.title.setText("Lesson · the end")
         self.caption.setText(f"Score: {score} of {total}. Ctrl+L ends the lesson; Page Up goes back a stop.")
+        self.content_changed.emit()
 
     def current(self) -> _QuestionBox | None:
         """The first question still without an answer (else the last one)."""
@@ -192,7 +202,33 @@ class LessonPanel(QWidget):
     def choose(self, index: int) -> bool:
         """Choose choice ``index`` of the current question; False when there is none to choose."""
         q = self.current()
-        return q is not None and q.entry is None and q.choose(index)
+        if q is None or q.entry is not None or not q.choose(index):
+            return False
+        following = self.current()
+        if following is not None and following is not q:
+            self.show_whole(following)  # the room reads the next question and its choices in full
+        return True
+
+    def show_whole(self, widget: QWidget) -> None:
+        """Scroll so that ``widget`` (a question, or its answer) is in view, all of it where it fits."""
+        self.questions_area.ensureWidgetVisible(widget, 0, 0)
+
+    def page(self) -> bool:
+        """Bring the next answer not wholly in view to the top (the clicker's next, after a reveal).
+
+        False when every answer has been in view: the next stop may come.
+        """
+        bar = self.questions_area.verticalScrollBar()
+        if bar.value() >= bar.maximum():
+            return False
+        seen = self.questions_area.viewport().height()
+        for q in self.questions:
+            box = q.result.geometry().translated(q.pos())
+            if box.bottom() > bar.value() + seen:
+                bar.setValue(box.top() if box.top() > bar.value() else bar.value() + seen)
+                return True
+        bar.setValue(bar.maximum())
+        return True
 
     def answers(self) -> list[Any]:
         return [q.answer() for q in self.questions]
@@ -200,6 +236,41 @@ class LessonPanel(QWidget):
     def show_reveals(self, reveals: tuple[Any, ...]) -> None:
         for q, r in zip(self.questions, reveals, strict=False):
             q.show_reveal(r)
+        self.content_changed.emit()
+        # From the first question down; where the answers outgrow the panel, the clicker's next
+        # brings each into view in turn.
+        self.questions_area.verticalScrollBar().setValue(0)
+
+    def set_presenting(self, on: bool) -> None:
+        """In presentation mode the keys' hint gives its room to the questions: a clicker needs none."""
+        self.hint.setVisible(not on)
+
+    def height_for(self, width: int) -> int:
+        """The height that shows the stop, its questions and their reveals unscrolled at ``width``."""
+        margins = self._box.contentsMargins()
+        inner = max(width - margins.left() - margins.right(), 1)
+        # Measured beside a scroll bar: a panel that fits only without one would keep one it once needed.
+        bar = self.questions_area.verticalScrollBar().sizeHint().width()
+        parts: list[tuple[QWidget, int]] = [(self.title, inner), (self.caption, inner)]
+        parts.append((self._questions, max(inner - bar, 1)))
+        if self.hint.isVisibleTo(self):
+            parts.append((self.hint, inner))
+        spacing = self._box.spacing() * (len(parts) - 1)
+        return margins.top() + margins.bottom() + spacing + sum(w.heightForWidth(at) for w, at in parts)
+
+    def least_width(self, low: int, high: int, height: int) -> int:
+        """The narrowest width from ``low`` to ``high`` at which all of it fits ``height`` (else ``high``)."""
+        if self.height_for(high) > height:
+            return high
+        if self.height_for(low) <= height:
+            return low
+        while high - low > 4:
+            mid = (low + high) // 2
+            if self.height_for(mid) <= height:
+                high = mid
+            else:
+                low = mid
+        return high
 
 
 class LessonRunner(QObject):
@@ -269,6 +340,8 @@ class LessonRunner(QObject):
         if self.asking:
             self.reveal()
             return
+        if self.revealed and self.panel.page():
+            return  # answers below the panel's edge come into view before the next stop
         if self.index + 1 >= len(self.stops):
             self.index = len(self.stops)
             self.panel.show_end(*self.score)

@@ -9,6 +9,7 @@ ops arrived since the last one.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -36,11 +37,15 @@ from gradviz.gui.controller import SPEEDS, Controller
 from gradviz.gui.findings_list import FindingsList
 from gradviz.gui.layout import (
     DEFAULT_VIEWS,
+    LESSON_SHARE,
     MENU_VIEWS,
+    PRESENTATION_MIN_SCALE,
     PRESENTATION_VIEWS,
     VIEWS,
     WINDOW_LAYOUT,
+    beside_lesson,
     position_text,
+    share,
     views_for,
 )
 from gradviz.gui.lesson_panel import LessonPanel, LessonRunner
@@ -93,6 +98,7 @@ class MainWindow(QMainWindow):
         self.controller = controller or Controller(threaded=True, parent=self)
         self.interactive = interactive
         self.presenting = False
+        self._lesson_width = 0  # how wide the lesson panel has had to be in this lesson
         self.points: float = BASE_POINT_SIZE  # body type: larger in presentation mode
         self.theme: Theme = theme_named("light")
         self.last_error: str | None = None
@@ -145,6 +151,8 @@ class MainWindow(QMainWindow):
         self.lesson_panel = LessonPanel()
         self.lesson_panel.hide()
         self.lesson = LessonRunner(self.controller, self.lesson_panel)
+        # Once laid out: the panel's width follows what it shows, and in presentation the views' shares too.
+        self.lesson_panel.content_changed.connect(lambda: QTimer.singleShot(0, self._refit))
         beside = QHBoxLayout()
         beside.setSpacing(6)
         beside.addWidget(self.split, 5)
@@ -567,7 +575,9 @@ class MainWindow(QMainWindow):
         self.act_lesson.blockSignals(False)
         for act in self.lesson_keys:
             act.setEnabled(started)
+        self._lesson_width = 0  # the panel's width grows stop by stop, never back: the views keep still
         if self.presenting:
+            self._show_chosen()
             QTimer.singleShot(0, self.fit_presentation)  # the views' share of the screen changed
         if on and not started:
             self.show_error("This scenario's lesson has no stops; open a built-in scenario to follow one.")
@@ -739,6 +749,7 @@ class MainWindow(QMainWindow):
             if hasattr(view, "set_point_size"):
                 view.set_point_size(self.points)
         self.code.set_wrap(on)
+        self.lesson_panel.set_presenting(on)
         self._fix_narration_height()
         if full_screen:
             if on:
@@ -746,12 +757,20 @@ class MainWindow(QMainWindow):
                 self.showFullScreen()
             else:
                 self.showNormal()
+        # A lecture shows content: the plane's picker, Recompute and the line checkboxes stay in the
+        # window (given back once the panel has its size: a checkbox out of sight is hidden).
+        self.surface.show_controls(not on)
         if on:
+            self.code.show_controls(False)
             self.fit_presentation()
-        elif hasattr(self, "_normal_sizes"):
-            QApplication.processEvents()  # the normal type's minimum sizes, before the sizes go back
-            for splitter, sizes in zip(self._splitters(), self._normal_sizes, strict=True):
-                splitter.setSizes(sizes)
+        else:
+            if hasattr(self, "_normal_sizes"):
+                QApplication.processEvents()  # the normal type's minimum sizes, before the sizes go back
+                for splitter, sizes in zip(self._splitters(), self._normal_sizes, strict=True):
+                    splitter.setSizes(sizes)
+                QTimer.singleShot(0, self._refit)  # a lesson's panel: back to the window's width
+            QApplication.processEvents()
+            self.code.show_controls(True)
         self.grads.fit_columns()
         self.schedule_redraw()
 
@@ -761,29 +780,126 @@ class MainWindow(QMainWindow):
     def fit_presentation(self) -> None:
         """Share the screen so the loop's every line and the lesson's rows are in view.
 
-        The code column is as wide as the loop's longest line (within limits that leave the
-        surface readable) and as tall as the loop; the .grad inspector takes the rest.
+        The lesson panel is as wide as its questions need; the code column as wide as the
+        loop's longest line (within limits that leave the surface readable). Down the column
+        the code and the .grad inspector share the height by :func:`~gradviz.gui.layout.share`:
+        the inspector no taller than its rows, the code the rest, and where both do not fit,
+        at least the loop and the leading rows.
         """
         if not self.presenting:
             return
         QApplication.processEvents()  # the new type's metrics and the full-screen size
+        self._show_chosen()  # the views that stay readable beside a lesson at this width
+        self._fit_lesson_panel()
+        QApplication.processEvents()
+        self._fit_columns()
+
+    def _fit_columns(self) -> None:
+        """The code column as wide as the loop, the code and the inspector sharing its height by need."""
         code_w, _ = self.code.loop_extent()
+        # Wide enough for the setup lines too where the surface can spare it: unwrapped, the whole fits.
+        editor = self.code.editor
+        chrome = self.code.width() - editor.viewport().width() + 2 * int(editor.document().documentMargin())
+        widest = max((editor.fontMetrics().horizontalAdvance(d.text) for d in self.code.lines), default=0)
+        code_w = max(code_w, widest + chrome)
         width = self.split.width()
         if self.right.isVisible() and self.left.isVisible():
-            left = min(max(code_w, int(width * 0.4)), int(width * 0.62))
+            # As wide as the loop, within limits; never so wide that the surface loses its readable width.
+            scale = PRESENTATION_MIN_SCALE if self.presenting else 1.0
+            right = WINDOW_LAYOUT.minimum(self._shown_views(self.right), scale)[0]
+            left = min(max(code_w, int(width * 0.4)), int(width * 0.62), width - right)
             self.split.setSizes([left, width - left])
             QApplication.processEvents()  # lines longer than the column wrap: measure them wrapped
-        _, code_h = self.code.loop_extent()
-        height = self.left.height()
         if self.grads.isVisible() and self.code.isVisible():
-            code = min(max(code_h, int(height * 0.3)), int(height * 0.72))
-            self.left.setSizes([code, height - code])
+            loop, whole = self._code_heights()
+            grads = self.grads
+            lead = sum(1 for r in grads.shown_rows if r.lead) or sum(
+                1 for r in grads.shown_rows if r.run == grads.shown_rows[0].run
+            )
+            least = [loop, grads.content_height(lead)]
+            self.left.setSizes(share(sum(self.left.sizes()), least, [whole, grads.content_height()]))
+            QApplication.processEvents()
         self.code.show_loop()
+        self._show_above_loop()
+
+    def _show_above_loop(self) -> None:
+        """Room the loop leaves shows the lines above it (the model, the optimizer), not blank lines below."""
+        editor, rows = self.code.editor, self.code.loop_rows()
+        if not rows:
+            return
+        doc = editor.document()
+        spare = (self.code.height() - self._code_heights()[0]) // editor.fontMetrics().lineSpacing()
+        above = [max(doc.findBlockByNumber(r).lineCount(), 1) for r in range(rows.start)]
+        while above and above[-1] <= spare:  # whole lines only: a wrapped one is not cut
+            spare -= above.pop()
+        bar = editor.verticalScrollBar()
+        bar.setValue(sum(above))
+        last = doc.findBlockByNumber(rows[-1])
+        seen = editor.viewport().height()
+        # The editor's own line count may differ from the measure by a line: keep the loop's end in view.
+        while bar.value() < bar.maximum() and (
+            editor.blockBoundingGeometry(last).translated(editor.contentOffset()).bottom() > seen
+        ):
+            bar.setValue(bar.value() + 1)
+        editor.ensureCursorVisible()  # the code view's cursor is on the line that runs next: it wins
+
+    def _shown_views(self, within: QWidget) -> list[str]:
+        """The names of the views shown inside ``within`` (a column, or all of them)."""
+        views = {**self.panels, "surface3d": self.surface3d}
+        return [k for k, v in views.items() if not v.isHidden() and within.isAncestorOf(v)]
+
+    def _code_heights(self) -> tuple[int, int]:
+        """The code panel's height that shows the loop, and the one that shows every line."""
+        code = self.code
+        _, loop = code.loop_extent()
+        editor, doc = code.editor, code.editor.document()
+        line = editor.fontMetrics().lineSpacing()
+        blocks = (doc.findBlockByNumber(r) for r in range(code.loop_rows().start))
+        above = sum(max(math.ceil(editor.blockBoundingRect(b).height()), line) for b in blocks)
+        return loop, loop + above
+
+    def _fit_lesson_panel(self) -> None:
+        """Make the lesson panel as wide as its stop, questions and reveals need to be read unscrolled.
+
+        From :data:`~gradviz.gui.layout.LESSON_SHARE`'s least to its most of the window's
+        width, never taking what the views need to stay readable.
+        """
+        panel = self.lesson_panel
+        if not panel.isVisible():
+            return
+        central = self.centralWidget()
+        assert central is not None  # made in __init__
+        width = central.width()
+        scale = PRESENTATION_MIN_SCALE if self.presenting else 1.0
+        readable = WINDOW_LAYOUT.minimum(self._shown_views(self.split), scale)[0]
+        views = max(readable, self.split.minimumSizeHint().width())
+        # Beyond its least, the panel leaves the loop unwrapped beside the other column's readable width.
+        right = self._shown_views(self.right) if self.right.isVisible() else []
+        loop = self.code.loop_extent()[0] + WINDOW_LAYOUT.minimum(right, scale)[0]
+        share_least = int(width * LESSON_SHARE[0])
+        most = min(
+            int(width * LESSON_SHARE[1 if self.presenting else 2]),
+            width - views - 20,
+            max(width - loop - 20, share_least),
+        )
+        # Presentation holds the widest a stop has needed, so the views keep still for the room.
+        held = self._lesson_width if self.presenting else 0
+        least = min(max(share_least, held), most)
+        self._lesson_width = panel.least_width(max(least, 1), max(most, 1), panel.height())
+        panel.setFixedWidth(self._lesson_width)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
+        QTimer.singleShot(0, self._refit)
+
+    def _refit(self) -> None:
         if self.presenting:
-            QTimer.singleShot(0, self.fit_presentation)
+            self.fit_presentation()
+        elif self.lesson.active:
+            # A lesson's panel takes room from the views: they share what is left by what they show.
+            self._fit_lesson_panel()
+            QApplication.processEvents()
+            self._fit_columns()
 
     def _presentation_panel(self, key: str, on: bool) -> None:
         chosen = [k for k in MENU_VIEWS if (k == key and on) or (k != key and k in self.presentation_panels)]
@@ -814,6 +930,8 @@ class MainWindow(QMainWindow):
         chosen = self.presentation_panels if self.presenting else self.panels_shown
         info = self.controller.info
         shown = views_for(info.scenario.lesson if info else None, (*chosen, "surface3d"))
+        if self.presenting and self.lesson.active:
+            shown = beside_lesson(shown, self.width(), PRESENTATION_MIN_SCALE)
         for key, view in self.panels.items():
             view.setVisible(key in shown)
         self.surface3d.setVisible(self.act_3d.isChecked() and "surface3d" in shown)

@@ -1,4 +1,5 @@
-"""A lesson card in an export covers none of the evidence its question and reveal talk about."""
+"""A lesson card in an export covers none of the evidence its question and reveal talk about:
+the code's current line, the inspector's leading rows, and any view the stop's questions read."""
 
 from __future__ import annotations
 
@@ -41,6 +42,16 @@ def _lead_row_boxes(frame: ExportFrame) -> list[QRect]:
     return out
 
 
+def _read_views(frame: ExportFrame, reads) -> list[QRect]:
+    """The surfaces and timeline a stop's questions read, where the frame shows them."""
+    out = []
+    for key in reads:
+        view = frame.views.get(key)
+        if key not in ("code", "grads") and view is not None and view.isVisibleTo(frame):
+            out.append(QRect(view.mapTo(frame, view.rect().topLeft()), view.size()))
+    return out
+
+
 @pytest.mark.parametrize(
     ("scenario", "presentation"),
     [
@@ -49,6 +60,9 @@ def _lead_row_boxes(frame: ExportFrame) -> list[QRect]:
         ("backward-twice", False),
         ("grad-accumulation", False),
         ("rnn-tbptt", True),
+        ("set-to-none", False),
+        ("manual-sgd", False),
+        ("standard-loop", False),
     ],
 )
 def test_question_and_reveal_cards_leave_the_current_line_and_lead_rows_in_sight(
@@ -66,12 +80,12 @@ def test_question_and_reveal_cards_leave_the_current_line_and_lead_rows_in_sight
     seen: list[tuple[QRect, list[QRect]]] = []
     render = renderer.render
 
-    def looked_at(card: str = "", caption: str | None = None):
-        image = render(card, caption)
+    def looked_at(card: str = "", caption: str | None = None, reads=()):
+        image = render(card, caption, reads)
         frame = renderer.frame
         if card:
             assert frame.card.isVisibleTo(frame)
-            evidence = _code_line_boxes(frame) + _lead_row_boxes(frame)
+            evidence = _code_line_boxes(frame) + _lead_row_boxes(frame) + _read_views(frame, reads)
             seen.append((frame.card.geometry(), evidence))
         return image
 

@@ -127,3 +127,25 @@ def test_leaving_presentation_gives_every_view_its_normal_sizes_back(qapp) -> No
     finally:
         controller.shutdown()
         window.close()
+
+
+@pytest.mark.parametrize("name", ["standard-loop", "forgot-zero-grad", "backward-twice"])
+def test_at_1080p_the_code_shows_every_line_and_the_inspector_is_no_taller_than_its_rows(name, qapp) -> None:
+    window = presenting(name, (1920, 1080), qapp)
+    try:
+        code, table = window.code, window.grads.table
+        viewport = code.editor.viewport().rect()
+        for row in range(len(code.lines)):
+            rect = code._row_rect(row)
+            assert rect is not None and rect.top() >= 0 and rect.bottom() <= viewport.bottom() + 1, (
+                name,
+                code.lines[row].text,
+            )
+        assert code.editor.verticalScrollBar().maximum() == 0, "the whole program shows, unscrolled"
+        rows = sum(table.rowHeight(r) for r in range(table.rowCount()))
+        assert table.viewport().height() <= rows + 2, "no empty band under the inspector's rows"
+        assert table.verticalScrollBar().maximum() == 0, "every row in view"
+    finally:
+        window.set_presentation(False, full_screen=False)
+        window.controller.shutdown()
+        window.close()

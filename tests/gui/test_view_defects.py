@@ -86,12 +86,22 @@ def test_the_scale_toggle_fits_inside_the_code_panel(open_window, qtbot, size) -
     assert _assert_line_toggles_fit(w.code) >= 1
 
 
-def test_line_toggles_fit_in_presentation_mode(open_window, qtbot) -> None:
-    w = open_window("two-batch-accumulation")
-    w.set_presentation(True, full_screen=False)
-    w.resize(1280, 720)
+def test_presentation_mode_shows_no_controls_and_leaving_it_brings_them_back(open_window, qtbot) -> None:
+    w = open_window("net-vs-optimizer-zero-grad")  # two runs, and a plane surface with its picker
     _step(qtbot, w, 1)
-    assert _assert_line_toggles_fit(w.code) >= 1
+
+    def controls() -> list[bool]:
+        toggles = any(box.isVisible() for _, box in w.code.toggles)
+        return [w.code.runs.isVisible(), w.surface.controls.isVisible(), toggles]
+
+    assert controls() == [True, True, True]
+    w.set_presentation(True, full_screen=False)
+    qtbot.wait(10)
+    assert controls() == [False, False, False], "a lecture shows the code and the surface, not controls"
+    assert "model" in w.code.title.text(), "the run shown is named in the code's title instead"
+    w.set_presentation(False, full_screen=False)
+    qtbot.wait(10)
+    assert controls() == [True, True, True]
 
 
 # ------------------------------------------------------------ .grad inspector

@@ -93,6 +93,8 @@ class CodeView(QWidget):
         # would not fit after their line's text (0 while every one fits inline), and those boxes.
         self.side_width = 0
         self._aside: set[int] = set()
+        # Presentation mode shows the code, not the run picker and the line checkboxes.
+        self.controls_shown = True
 
         self.title = QLabel("Code")
         self.title.setObjectName("panelTitle")
@@ -164,8 +166,15 @@ class CodeView(QWidget):
             self.runs.setItemData(i, QColor(run_color(i)), Qt.ItemDataRole.ForegroundRole)
         self.runs.setCurrentIndex(names.index(keep))
         self.runs.blockSignals(False)
-        self.runs.setVisible(len(names) > 1)
+        self.runs.setVisible(len(names) > 1 and self.controls_shown)
         self._show_run(keep)
+
+    def show_controls(self, on: bool) -> None:
+        """Show or hide the run picker and the line checkboxes (the run shown is then named in the title)."""
+        self.controls_shown = on
+        if self.info is not None and self.run_name is not None:
+            self.runs.setVisible(len(self.info.runs) > 1 and on)
+            self._show_run(self.run_name)
 
     def _pick_run(self, index: int) -> None:
         name = self.runs.itemData(index)
@@ -191,7 +200,7 @@ class CodeView(QWidget):
         run = self.current_run()
         assert run is not None
         index = self.info.run_index(name)
-        if len(self.info.runs) > 1:
+        if len(self.info.runs) > 1 and self.controls_shown:
             self.title.setText("Code of run")
         else:
             self.title.setText(
@@ -249,7 +258,7 @@ class CodeView(QWidget):
             self._style_toggle(box)
             box.setCursor(Qt.CursorShape.PointingHandCursor)
             box.setFocusPolicy(Qt.FocusPolicy.NoFocus)
-            box.show()
+            box.setVisible(self.controls_shown)
 
     def _ghost_main(self, row: int) -> bool:
         """The first line of a block of skipped lines carries the checkbox."""
@@ -317,6 +326,8 @@ class CodeView(QWidget):
         the others are checked again against what is left.
         """
         boxes = [(row, box) for row, box in self.toggles if box.parent() is not self.gutter]
+        if not self.controls_shown:
+            return 0, set()
         # The width the text would have without the column, so the answer does not depend on it.
         room = self.editor.viewport().width() + self.side_width
         side, aside = 0, set[int]()
@@ -340,7 +351,7 @@ class CodeView(QWidget):
         scrolled = self.editor.horizontalScrollBar().value()
         for row, box in self.toggles:
             rect = self._row_rect(row)
-            if rect is None:
+            if rect is None or not self.controls_shown:
                 box.hide()
                 continue
             size = box.sizeHint()
@@ -474,7 +485,11 @@ class CodeView(QWidget):
         Measured in the panel's current type, around its current title, note and gutter.
         """
         fm = self.editor.fontMetrics()
-        inline = {row: box.sizeHint().width() for row, box in self.toggles if box.parent() is not self.gutter}
+        inline = {
+            row: box.sizeHint().width()
+            for row, box in self.toggles
+            if box.parent() is not self.gutter and self.controls_shown
+        }
         rows = self.loop_rows()
         margin = 2 * int(self.editor.document().documentMargin())
         text = max((self._inline_x(r) + inline.get(r, 0) for r in rows), default=0) + margin

@@ -436,7 +436,7 @@ class GradsView(QWidget):
         header = [max(fm.horizontalAdvance(line) + 16 for line in text.split("\n")) for text in HEADER_LABELS]
         # The least each column can take: a name wrapped after its run, a number (vectors
         # are drawn as bars in whatever room they get); the state wraps or scrolls last.
-        least = [max(fm.horizontalAdvance(part + " ·") + 12 for part in self._name_parts())]
+        least = [max(header[NAME], *(fm.horizontalAdvance(part + " ·") + 12 for part in self._name_parts()))]
         least += [max(header[col], fm.horizontalAdvance("-0.0000") + 12) for col in range(NAME + 1, STATE)]
         option = QStyleOptionViewItem()
         option.initFrom(self.table)
@@ -520,7 +520,10 @@ class GradsView(QWidget):
             item = self.table.item(row, col)
             if item is not None:
                 words += item.text().split()
-        return max(fm.horizontalAdvance(w) for w in words) + 12
+        # Nor narrower than its header's longest word ("optimizer"): a cut title reads as a defect.
+        head = self.table.horizontalHeader().fontMetrics()
+        title = max(head.horizontalAdvance(w) for w in HEADER_LABELS[col].split()) + 16
+        return max(max(fm.horizontalAdvance(w) for w in words) + 12, title)
 
     def _content_widths(self, col: int, option: QStyleOptionViewItem) -> list[int]:
         """The widths the cells of ``col`` ask for on one line."""
@@ -701,6 +704,13 @@ class GradsView(QWidget):
         however many rows are in sight, and rows wrapped at that width keep their heights."""
         self.table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
+    def content_height(self, rows: int | None = None) -> int:
+        """The height that shows the first ``rows`` rows (all when None) unscrolled, at the width now."""
+        table = self.table
+        shown = [r for r in range(table.rowCount())[:rows] if not table.isRowHidden(r)]
+        chrome = self.height() - table.viewport().height()
+        return chrome + sum(table.rowHeight(r) for r in shown)
 
     def row_heights(self) -> list[int]:
         """Each row's height as laid out now."""

@@ -192,6 +192,8 @@ class SurfaceView(QWidget):
         self.progress.setMaximumWidth(120)
         self.progress.setTextVisible(False)
         self.progress.setVisible(False)
+        # Presentation mode shows the surface, not the plane's picker and Recompute.
+        self.controls_shown = True
         self.controls = QWidget()
         row = QHBoxLayout(self.controls)
         row.setContentsMargins(0, 0, 0, 0)
@@ -286,6 +288,12 @@ class SurfaceView(QWidget):
         earlier = "earlier micro-batches" if designed else "stale .grad"
         arrows = f"arrows (−lr × gradient): ┈ {earlier} · ─ this backward · ━ next step()"
         self.key.setText(f"{runs}&nbsp;&nbsp;<span style='color:{self.theme.muted}'>{arrows}</span>")
+
+    def show_controls(self, on: bool) -> None:
+        """Show or hide the plane's picker and Recompute (a true surface has neither)."""
+        self.controls_shown = on
+        planes = self.info is not None and self.info.surface is None and self.mode in ("plane", "curve")
+        self.controls.setVisible(on and planes)
 
     def set_point_size(self, size: float) -> None:
         """Type size of axis labels and ticks."""
@@ -384,7 +392,7 @@ class SurfaceView(QWidget):
             self.plane_kind.addItem(label, kind)
         self.plane_kind.blockSignals(False)
         self.plane_kind.setEnabled(len(kinds) > 1)
-        self.controls.setVisible(True)
+        self.controls.setVisible(self.controls_shown)
         self.curve.setVisible(self.mode == "curve")
         self.image.setVisible(self.mode == "plane")
         n = info.parameter_count
