@@ -41,6 +41,11 @@ from gradviz.gui.worker import plane_kinds
 
 # Pixels between the step's arrow and the backward's arrows drawn beside it.
 ARROW_LANE = 5.0
+# The current marker's size in pixels; runs at one point are drawn as rings this much larger each.
+POINT_SIZE = 15
+RING = 9
+# Current points closer than this many pixels hide each other: they are drawn as nested rings.
+SAME_POINT = 7.0
 # An arrow gets its head only when it is this many heads long.
 HEAD_ROOM = 1.5
 # A plane with no loss known anywhere on it (a replayed recording has no model or data to evaluate).
@@ -76,8 +81,9 @@ class _RunItems:
         self.symbol = run_symbol(index)
         self.path = pg.PlotDataItem(pen=pg.mkPen(colour, width=2, style=run_dash(index)), connect="finite")
         # Single markers are moved with setPos: re-setting a scatter's data costs milliseconds a frame.
+        self.size = float(POINT_SIZE)
         self.point = pg.ScatterPlotItem(
-            [0.0], [0.0], size=15, symbol=self.symbol, brush=colour, pen=pg.mkPen("w", width=2)
+            [0.0], [0.0], size=POINT_SIZE, symbol=self.symbol, brush=colour, pen=pg.mkPen("w", width=2)
         )
         self.point.setZValue(20)
         self.diverged = pg.ScatterPlotItem(
@@ -85,7 +91,7 @@ class _RunItems:
         )
         self.diverged.setZValue(21)
         self.diverged.setVisible(False)
-        self.shown: tuple[int, float, float] | None = None
+        self.shown: tuple[float, ...] | None = None
         self.diverged_label = pg.TextItem("", color=colour, anchor=(0, 1))
         self.diverged_label.setZValue(21)
         self.lines = {
@@ -131,6 +137,8 @@ class SurfaceView(QWidget):
         self.state = SurfaceState()
         self.items: list[_RunItems] = []
         self.residual_text = ""
+        # Runs whose current points coincide, each group in run order (drawn as nested rings).
+        self._together: tuple[tuple[int, ...], ...] = ()
         # The state's version drawn last: shading and contours are redrawn only for a newer one.
         self._painted: int | None = None
 
@@ -285,7 +293,16 @@ class SurfaceView(QWidget):
         designed = all("zero_grad" in lp.order for lp in loops) and any(lp.accumulate > 1 for lp in loops)
         earlier = "earlier micro-batches" if designed else "stale .grad"
         arrows = f"arrows (−lr × gradient): ┈ {earlier} · ─ this backward · ━ next step()"
-        self.key.setText(f"{runs}&nbsp;&nbsp;<span style='color:{self.theme.muted}'>{arrows}</span>")
+        same = "".join(
+            "&nbsp;&nbsp;"
+            + " = ".join(
+                f"<span style='color:{run_color(i)}'>{run_glyph(i)}&nbsp;{self.info.runs[i].name}</span>"
+                for i in group
+            )
+            + f"<span style='color:{self.theme.text}'>: same point (nested rings)</span>"
+            for group in self._together
+        )
+        self.key.setText(f"{runs}&nbsp;&nbsp;<span style='color:{self.theme.muted}'>{arrows}</span>{same}")
 
     def set_point_size(self, size: float) -> None:
         """Type size of axis labels and ticks."""
@@ -329,6 +346,7 @@ class SurfaceView(QWidget):
                 self.plot.removeItem(head)
         self.items = []
         self.residual_text = ""
+        self._together = ()
         self.curve.setData([], [])
         self.image.clear()
         for contour in self.contours:
@@ -432,9 +450,10 @@ class SurfaceView(QWidget):
     # -------------------------------------------------------------- shading
     def _fit_aspect(self) -> None:
         """Equal units across and up on a true surface: its extent takes the plot's proportions."""
+        vb = self.plot.getViewBox()
+        self.state.set_pixels(float(vb.width()), float(vb.height()))
         if self.mode != "model":
             return
-        vb = self.plot.getViewBox()
         self.state.set_aspect(float(vb.width()), float(vb.height()))
         self._show()
 
@@ -541,19 +560,63 @@ class SurfaceView(QWidget):
         if self.info is None or not self.items or not self.state.ready:
             return
         paths = self.state.paths(moment)
+        drawn = self._drawn(paths)
         shown = self.plane_surface
-        request = self.state.follow(paths)
+        # What is drawn covers every cell the paths reached: it tells whether they left the range.
+        request = self.state.follow(drawn)
         if request is not None:
             self.plane_requested.emit(request)
             if self.plane_surface is not shown:
                 # The wider surface arrived at once (inline rendering): its coordinates may differ.
                 paths = self.state.paths(moment)
+                drawn = self._drawn(paths)
         self._show()
+        ends = [self.state.last_point(i, len(path)) for i, path in enumerate(paths)]
+        sizes = self._stack_markers(moment, ends)
         for i, run in enumerate(self.info.runs):
-            self._draw_run(moment, i, run.name, paths[i])
+            self._draw_run(moment, i, run.name, paths[i], drawn[i], ends[i], sizes[i])
         if self.mode in ("plane", "curve"):
             self._residuals(paths)
             self._set_caption()
+
+    def _drawn(self, paths: list[np.ndarray]) -> list[np.ndarray]:
+        """What is drawn of each path: all of a short one, a long one thinned to the plot's pixels."""
+        return [self.state.drawn(i, len(path)) for i, path in enumerate(paths)]
+
+    def _stack_markers(self, moment: Moment, ends: list[tuple[float, float] | None]) -> list[float]:
+        """Each run's marker size: runs at one point are drawn as nested rings, and the key says so.
+
+        Runs whose current points lie closer than :data:`SAME_POINT` pixels would hide
+        each other: the first of them is drawn largest, each next one a ring smaller
+        on top, so every run's shape stays in sight.
+        """
+        assert self.info is not None
+        px, py = self.plot.getViewBox().viewPixelSize()
+        px, py = px or 1.0, py or 1.0
+        live = [
+            i
+            for i, (run, end) in enumerate(zip(self.info.runs, ends, strict=True))
+            if end is not None and moment.status(run.name) == "running"
+        ]
+        groups: list[list[int]] = []
+        for i in live:
+            xi, yi = ends[i]  # type: ignore[misc]
+            for group in groups:
+                xj, yj = ends[group[0]]  # type: ignore[misc]
+                if math.hypot((xi - xj) / px, (yi - yj) / py) < SAME_POINT:
+                    group.append(i)
+                    break
+            else:
+                groups.append([i])
+        sizes = [float(POINT_SIZE)] * len(ends)
+        together = tuple(tuple(g) for g in groups if len(g) > 1)
+        for members in together:
+            for rank, i in enumerate(members):
+                sizes[i] = POINT_SIZE + RING * (len(members) - 1 - rank)
+        if together != self._together:
+            self._together = together
+            self._set_key()
+        return sizes
 
     def _residuals(self, paths: list[np.ndarray]) -> None:
         assert self.info is not None
@@ -603,12 +666,21 @@ class SurfaceView(QWidget):
         (x0, x1), (y0, y1) = self.plot.getViewBox().viewRange()
         return (float(x0), float(x1)), (float(y0), float(y1))
 
-    def _draw_run(self, moment: Moment, index: int, name: str, path: np.ndarray) -> None:
+    def _draw_run(
+        self,
+        moment: Moment,
+        index: int,
+        name: str,
+        path: np.ndarray,
+        drawn: np.ndarray,
+        end: tuple[float, float] | None,
+        size: float,
+    ) -> None:
         items = self.items[index]
-        shown = self.state.clip(path)
-        key = (len(path), self.x_range[0], self.x_range[1])
+        key = (len(path), *self.x_range, *self.y_range)
         if key != items.shown:
             items.shown = key
+            shown = self.state.clip(drawn)
             # Markers on every point while they can be told apart; a long path is a line.
             symbols = {
                 "symbol": items.symbol,
@@ -617,15 +689,19 @@ class SurfaceView(QWidget):
                 "symbolPen": None,
             }
             items.path.setData(
-                shown[:, 0], shown[:, 1], **(symbols if len(shown) <= 150 else {"symbol": None})
+                shown[:, 0], shown[:, 1], **(symbols if len(path) <= 150 else {"symbol": None})
             )
-        finite = shown[np.all(np.isfinite(path), axis=1)]
+        last = self.state.clip(np.array([end if end is not None else path[0]], dtype=np.float64))[0]
         status = moment.status(name)
-        last = finite[-1] if len(finite) else shown[0]
         running = status == "running"
         items.point.setVisible(running)
         items.diverged.setVisible(not running)
         if running:
+            if size != items.size:
+                # Nested rings: the larger marker lies under the smaller ones.
+                items.size = size
+                items.point.setSize(size)
+                items.point.setZValue(20 + (POINT_SIZE + 3 * RING - size) / RING)
             items.point.setPos(float(last[0]), float(last[1]))
             if items.diverged_label.toPlainText():
                 items.diverged_label.setText("")
