@@ -2,12 +2,13 @@
 
 A path gains a point with every step. Drawn whole, a frame of a long Play would
 hand the plot tens of thousands of points, most of them on pixels already
-painted. So a long path is drawn as its segments (point to point), each pair of
-pixel cells joined once: a later segment between the same two cells adds nothing
-to the picture and is left out. What is drawn is then bounded by the pixels the
-path covers, not by its history. The newest points are always drawn exactly,
-and a moment further back is drawn from the segments made by then, so going back
-shows exactly what that moment showed. Qt-free.
+painted. So a long path is drawn as those of its segments (point to point) that
+reach a cell of a couple of pixels no earlier segment reached: a segment only
+over cells already painted adds nothing to the picture and is left out. What is
+drawn is then bounded by the pixels the path covers, not by its history. The
+newest points are always drawn exactly, and a moment further back is drawn from
+the segments made by then, so going back shows exactly what that moment showed.
+Qt-free.
 """
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ EXACT_TAIL = 256
 # A cell is about this many pixels a side: a power of two in the axes' units, so a range that
 # grows a little keeps its cells (and what was thinned with them).
 CELL_PIXELS = 2.0
-# Cell indices are kept within 16 bits each side of the origin, so a segment's two cells pack into
-# one 64-bit key; points that far out (thousands of plot widths) are clipped for painting anyway.
+# Cell indices are kept within 16 bits each side of the origin, so a cell packs into one integer;
+# points that far out (hundreds of plot widths) are clipped for painting anyway.
 CELL_LIMIT = 2**15 - 1
+# Samples along one segment at most (one spanning the whole clipped range), and points looked at
+# in one go (bounding the samples' memory when a long history is thinned for the first time).
+MAX_SAMPLES = 4 * CELL_LIMIT
+BLOCK = 4096
 
 
 def cell_size(span: float, pixels: float) -> float:
@@ -96,7 +101,7 @@ class RunPath:
         """The first ``n`` points as drawn (cells ``cell`` units a side): a polyline, NaN between pieces.
 
         Up to :data:`WHOLE` points it is the points themselves. Beyond, it is each
-        segment that joins a pair of cells no earlier segment joined, and the last
+        segment that reaches a cell no earlier segment reached, and the last
         :data:`EXACT_TAIL` points whole; a point that is not finite is always kept
         (it ends a piece, as the whole path would).
         """
@@ -126,40 +131,37 @@ class RunPath:
         self._classified = 0
 
     def _classify(self, n: int) -> None:
-        """Find, among points ``classified`` to ``n``, the segments that join a new pair of cells."""
+        """Find, among the points not yet looked at up to ``n``, the segments that reach a new cell."""
+        while self._classified < n:
+            self._classify_block(min(n, self._classified + BLOCK))
+
+    def _classify_block(self, n: int) -> None:
         assert self._cell is not None
         a = self._classified
         xy = self._xy[max(a - 1, 0) : n]
         ok = np.asarray(np.isfinite(xy).all(axis=1))
-        cx = np.clip(
-            np.floor((np.where(ok, xy[:, 0], 0.0) - self._origin[0]) / self._cell[0]), -CELL_LIMIT, CELL_LIMIT
-        )
-        cy = np.clip(
-            np.floor((np.where(ok, xy[:, 1], 0.0) - self._origin[1]) / self._cell[1]), -CELL_LIMIT, CELL_LIMIT
-        )
-        cells = ((cx.astype(np.int64) & 0xFFFF) << 16) | (cy.astype(np.int64) & 0xFFFF)
+        scale = np.array(self._cell)
+        at = np.clip((np.where(ok[:, None], xy, 0.0) - self._origin) / scale, -CELL_LIMIT, CELL_LIMIT)
         if a == 0:
-            # The start is a segment from its own cell to itself.
-            cells = np.concatenate([cells[:1], cells])
-            ok = np.concatenate([ok[:1], ok])
-        keys = (cells[:-1] << 32) | cells[1:]
+            # The start is a segment from its own point to itself.
+            at, ok = np.concatenate([at[:1], at]), np.concatenate([ok[:1], ok])
+        start, span = at[:-1], at[1:] - at[:-1]
         finite = ok[:-1] & ok[1:]
-        # Within the new points, only each key's first segment can be new.
-        _, first = np.unique(keys, return_index=True)
-        candidates = np.zeros(len(keys), dtype=bool)
-        candidates[first] = True
-        candidates |= ~finite
-        new = []
+        # Each segment sampled at most a cell apart: the cells it crosses hold a sample (a corner cut aside).
+        steps = np.minimum(np.ceil(np.abs(span).max(axis=1)), MAX_SAMPLES).astype(np.int64)
+        count = np.where(finite, steps + 1, 0)
+        segment = np.repeat(np.arange(len(start)), count)
+        first_of = np.repeat(np.cumsum(count) - count, count)
+        t = (np.arange(len(segment)) - first_of) / np.maximum(steps[segment], 1)
+        sample = np.floor(start[segment] + t[:, None] * span[segment]).astype(np.int64)
+        cells = ((sample[:, 0] & 0xFFFF) << 16) | (sample[:, 1] & 0xFFFF)
+        # A segment is drawn when it is the first to reach some cell.
+        unique, first = np.unique(cells, return_index=True)
         seen = self._seen
-        for j in np.flatnonzero(candidates).tolist():
-            if not finite[j]:
-                new.append(j)
-                continue
-            key = int(keys[j])
-            if key not in seen:
-                seen.add(key)
-                new.append(j)
-        self._append_firsts(np.asarray(new, dtype=np.int64) + a)
+        fresh = [j for cell, j in zip(unique.tolist(), first.tolist(), strict=True) if cell not in seen]
+        seen.update(unique.tolist())
+        new = np.union1d(segment[fresh], np.flatnonzero(~finite))
+        self._append_firsts(new.astype(np.int64) + a)
         self._classified = n
 
     def _append_firsts(self, indices: np.ndarray) -> None:

@@ -322,7 +322,7 @@ class SurfaceState:
     def drawn(self, index: int, length: int) -> np.ndarray:
         """What to draw of run ``index``'s first ``length`` points: all of a short path, a long one thinned.
 
-        A long path keeps one segment per pair of pixel cells it joins and its newest
+        A long path keeps the segments that reach pixels no earlier one reached, and its newest
         points exactly (see :mod:`~gradviz.gui.surface_path`), so drawing it costs
         no more after 50,000 ops than after 2,000. NaN separates its pieces.
         """
