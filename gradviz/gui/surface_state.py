@@ -41,8 +41,8 @@ LOW_PERCENTILE, HIGH_PERCENTILE = 1.0, 97.0
 CLIP_WIDTHS = 20.0
 # A plane's range grows at most this many first spans on each side when a path leaves it.
 GROW_CAP = 4.0
-# A true surface grows at most this many first spans on each side, and each time by this share
-# beyond the path, so a path spiralling outwards asks for a new grid every few steps, not every one.
+# A true surface grows at most this many first spans on each side. Either grows each time by this
+# share beyond the path, so a path spiralling outwards asks for a new grid every few steps, not every one.
 MODEL_GROW_CAP = 1.5
 GROW_MARGIN = 0.25
 # A point closer to the extent's edge than this share of its span counts as leaving it: the
@@ -407,7 +407,8 @@ class SurfaceState:
         """Widen the extent when a path leaves it (unless fixed).
 
         A true surface is re-evaluated here at once, up to :data:`MODEL_GROW_CAP`;
-        a plane cannot be, so the wider plane surface to ask for is returned (once per extent).
+        a plane cannot be, so the wider plane surface to ask for is returned (once per
+        extent), and the extent is already the wider one.
         """
         if self.fixed or not self.ready or not paths:
             return None
@@ -457,10 +458,10 @@ class SurfaceState:
         (x0, x1), (y0, y1) = self.plane.extent
         (hx0, hx1), (hy0, hy1) = self.home
         cx, cy = GROW_CAP * (hx1 - hx0), GROW_CAP * (hy1 - hy0)
-        mx = 0.15 * (max(x1, pts[:, 0].max()) - min(x0, pts[:, 0].min()))
+        mx = GROW_MARGIN * (max(x1, pts[:, 0].max()) - min(x0, pts[:, 0].min()))
         nx = (max(min(x0, pts[:, 0].min() - mx), hx0 - cx), min(max(x1, pts[:, 0].max() + mx), hx1 + cx))
         if self.mode == "plane":
-            my = 0.15 * (max(y1, pts[:, 1].max()) - min(y0, pts[:, 1].min()))
+            my = GROW_MARGIN * (max(y1, pts[:, 1].max()) - min(y0, pts[:, 1].min()))
             ny = (max(min(y0, pts[:, 1].min() - my), hy0 - cy), min(max(y1, pts[:, 1].max() + my), hy1 + cy))
         else:
             ny = (y0, y1)
@@ -468,6 +469,10 @@ class SurfaceState:
         if extent == self.plane.extent or extent == self._asked:
             return None  # already as wide as the cap allows, or asked for
         self._asked = extent
+        if self.mode == "plane":
+            # The plot widens now, so the runs stay in sight while the wider grid is computed; the
+            # old grid keeps its place inside it.
+            self.extent = extent
         return PlaneRequest(self.plane.kind, self.plane.plane, extent)
 
     def forget_request(self) -> None:

@@ -198,6 +198,29 @@ def test_current_markers_are_drawn_whole_inside_the_plot(open_window, qtbot, sce
         assert radius <= x <= vb.width() - radius and radius <= y <= vb.height() - radius, (x, y)
 
 
+def test_a_plane_widens_before_its_wider_grid_arrives_so_no_run_leaves_the_plot(open_window, qtbot) -> None:
+    w = open_window("set-to-none")
+    qtbot.waitUntil(lambda: w.surface.state.ready, timeout=30000)
+    surface, c = w.surface, w.controller
+    vb = surface.plot.getViewBox()
+    extents = [surface.state.extent]
+    while c.next_op():  # the whole run, not waiting for the wider planes it asks for
+        settle(qtbot, w)
+        for items in surface.items:
+            radius = items.point.opts["size"] / 2
+            x, y = _pixel(surface, (items.point.pos().x(), items.point.pos().y()))
+            assert radius <= x <= vb.width() - radius and radius <= y <= vb.height() - radius, (
+                c.cursor,
+                x,
+                y,
+            )
+        if surface.state.extent != extents[-1]:
+            extents.append(surface.state.extent)
+    assert c.cursor >= 119, "the run went to its end"
+    # The range grows with a margin each time, so it moves a few times in a run, not every op.
+    assert len(extents) <= 8, [tuple(round(v, 2) for axis in e for v in axis) for e in extents]
+
+
 def test_the_backward_s_arrows_never_put_their_heads_on_the_step_s(open_window, qtbot) -> None:
     import math
 

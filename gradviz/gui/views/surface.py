@@ -137,6 +137,8 @@ class SurfaceView(QWidget):
         self.state = SurfaceState()
         self.items: list[_RunItems] = []
         self.residual_text = ""
+        # The extent the plot was last set to show.
+        self._ranged: Extent | None = None
         # Runs whose current points coincide, each group in run order (drawn as nested rings).
         self._together: tuple[tuple[int, ...], ...] = ()
         # The state's version drawn last: shading and contours are redrawn only for a newer one.
@@ -347,6 +349,7 @@ class SurfaceView(QWidget):
         self.items = []
         self.residual_text = ""
         self._together = ()
+        self._ranged = None
         self.curve.setData([], [])
         self.image.clear()
         for contour in self.contours:
@@ -478,10 +481,16 @@ class SurfaceView(QWidget):
         else:
             return
         self._painted = state.version
-        self.plot.setRange(xRange=self.x_range, yRange=self.y_range, padding=0)
+        self._set_range()
         self._axis_labels()
         self._set_caption()
         self.surface_changed.emit()
+
+    def _set_range(self) -> None:
+        """Show the state's extent (once per change: a plot's range costs a relayout of its axes)."""
+        if self._ranged != self.state.extent:
+            self._ranged = self.state.extent
+            self.plot.setRange(xRange=self.x_range, yRange=self.y_range, padding=0)
 
     def _shade(self, grid: SurfaceGrid) -> np.ndarray:
         """Put ``grid`` into the image in the theme's colours; returns the values shaded."""
@@ -571,6 +580,7 @@ class SurfaceView(QWidget):
                 paths = self.state.paths(moment)
                 drawn = self._drawn(paths)
         self._show()
+        self._set_range()  # a path that left a plane widens it before the wider grid arrives
         ends = [self.state.last_point(i, len(path)) for i, path in enumerate(paths)]
         sizes = self._stack_markers(moment, ends)
         for i, run in enumerate(self.info.runs):
