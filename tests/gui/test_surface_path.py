@@ -156,3 +156,42 @@ def test_the_surface_view_draws_no_more_points_after_50_000_ops_than_after_2_000
     for short, long, back in zip(*drawn, strict=True):
         assert len(long) <= 2 * len(short) + EXACT_TAIL
         assert np.array_equal(back, short, equal_nan=True), "going back draws what was drawn then"
+
+
+def test_the_3d_markers_of_runs_at_one_point_nest_the_first_largest() -> None:
+    from gradviz.gui.views.surface3d import POINT_SIZE, _nested_sizes
+
+    here, there = np.array([0.1, 0.2, 0.3]), np.array([0.9, -0.5, 0.2])
+    sizes = _nested_sizes([here, there, here + 1e-4, None])
+    assert sizes[0] > sizes[2] == sizes[1] == sizes[3] == POINT_SIZE
+
+
+@pytest.mark.gl
+def test_the_3d_view_draws_a_long_path_thinned_with_its_newest_point_exact(qtbot) -> None:
+    from gradviz.gui.display import gl_unavailable
+    from gradviz.gui.surface_state import SurfaceState
+    from gradviz.gui.tape import Moment
+    from gradviz.gui.views.surface3d import Surface3DView
+
+    if gl_unavailable() is not None:
+        pytest.skip(gl_unavailable())
+    info, tape = _long_tape(50_000)
+    state = SurfaceState()
+    view = Surface3DView(state)
+    qtbot.addWidget(view)
+    view.resize(600, 450)
+    view.show()
+    assert view.activate()
+    state.set_lab(info)
+    view.set_lab(info)
+    counts = {}
+    for tick in (1_999, 49_999):
+        moment = Moment(info, tape, tick)
+        view.draw(moment)
+        counts[tick] = [len(path.pos) for path in view.paths]
+        for i, path in enumerate(state.paths(moment)):
+            newest = view._to_box(path[-1:])[0]
+            assert np.allclose(view.points[i].pos[0], newest)
+            assert np.allclose(view.paths[i].pos[-1], newest), "the path ends at the marker"
+    for short, long in zip(counts[1_999], counts[49_999], strict=True):
+        assert long <= 2 * short + 2 * EXACT_TAIL
