@@ -36,15 +36,16 @@ from PySide6.QtWidgets import (
 
 from gradviz.gui.surface_state import CONTOURS, Extent, SurfaceGrid, SurfaceState
 from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, PlaneSurface
-from gradviz.gui.theme import LIGHT, Theme, run_color, run_dash, run_glyph, run_symbol
+from gradviz.gui.theme import BASE_POINT_SIZE, LIGHT, Theme, run_color, run_dash, run_glyph, run_symbol
 from gradviz.gui.worker import plane_kinds
 
 # Pixels between the step's arrow and the backward's arrows drawn beside it.
 ARROW_LANE = 5.0
-# The current marker's size in pixels; runs at one point are drawn as rings this much larger each.
+# The current marker's size in pixels at the window's type size (it grows with presentation type);
+# runs at one point are drawn as rings this much larger each.
 POINT_SIZE = 15
 RING = 9
-# Current points closer than this many pixels hide each other: they are drawn as nested rings.
+# Current points closer than this many pixels (at the window's type) hide each other: nested rings.
 SAME_POINT = 7.0
 # An arrow gets its head only when it is this many heads long.
 HEAD_ROOM = 1.5
@@ -141,6 +142,8 @@ class SurfaceView(QWidget):
         self._ranged: Extent | None = None
         # Runs whose current points coincide, each group in run order (drawn as nested rings).
         self._together: tuple[tuple[int, ...], ...] = ()
+        # Markers grow with the type: at presentation size they read from the back of a hall.
+        self.marker_scale = 1.0
         # The state's version drawn last: shading and contours are redrawn only for a newer one.
         self._painted: int | None = None
 
@@ -307,7 +310,10 @@ class SurfaceView(QWidget):
         self.key.setText(f"{runs}&nbsp;&nbsp;<span style='color:{self.theme.muted}'>{arrows}</span>{same}")
 
     def set_point_size(self, size: float) -> None:
-        """Type size of axis labels and ticks."""
+        """Type size of axis labels and ticks; the current markers grow with it."""
+        self.marker_scale = max(1.0, size / BASE_POINT_SIZE)
+        for items in self.items:
+            items.size = 0.0  # drawn again at the new size
         font = QFont()
         font.setPointSizeF(size)
         for name in ("left", "bottom"):
@@ -613,16 +619,17 @@ class SurfaceView(QWidget):
             xi, yi = ends[i]  # type: ignore[misc]
             for group in groups:
                 xj, yj = ends[group[0]]  # type: ignore[misc]
-                if math.hypot((xi - xj) / px, (yi - yj) / py) < SAME_POINT:
+                if math.hypot((xi - xj) / px, (yi - yj) / py) < SAME_POINT * self.marker_scale:
                     group.append(i)
                     break
             else:
                 groups.append([i])
-        sizes = [float(POINT_SIZE)] * len(ends)
+        scale = self.marker_scale
+        sizes = [POINT_SIZE * scale] * len(ends)
         together = tuple(tuple(g) for g in groups if len(g) > 1)
         for members in together:
             for rank, i in enumerate(members):
-                sizes[i] = POINT_SIZE + RING * (len(members) - 1 - rank)
+                sizes[i] = (POINT_SIZE + RING * (len(members) - 1 - rank)) * scale
         if together != self._together:
             self._together = together
             self._set_key()
@@ -711,7 +718,7 @@ class SurfaceView(QWidget):
                 # Nested rings: the larger marker lies under the smaller ones.
                 items.size = size
                 items.point.setSize(size)
-                items.point.setZValue(20 + (POINT_SIZE + 3 * RING - size) / RING)
+                items.point.setZValue(20 - size / 1000)
             items.point.setPos(float(last[0]), float(last[1]))
             if items.diverged_label.toPlainText():
                 items.diverged_label.setText("")
