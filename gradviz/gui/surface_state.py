@@ -48,6 +48,9 @@ GROW_MARGIN = 0.25
 # A point closer to the extent's edge than this share of its span counts as leaving it: the
 # current marker (15 px) and the arrows' heads would be cut in half by the plot's edge.
 EDGE = 0.06
+# ... and closer than this many pixels (a current marker's radius, its rings included), however
+# small the plot; the view sets the figure for its markers (they grow with presentation type).
+EDGE_PIXELS = 20.0
 # The plot's size in pixels until the view says it: thinning then errs on the side of more points.
 DEFAULT_PIXELS = (2000.0, 2000.0)
 # Room around the starts and the minimum on a true surface's first extent, a share of their span.
@@ -163,6 +166,8 @@ class SurfaceState:
         and a gradient stands perpendicular to the contours.
     pixels:
         The plot's size in pixels, ``(width, height)``, in any mode: what a long path is thinned to.
+    edge_pixels:
+        How close to the plot's edge, in pixels, a point counts as leaving it (a marker's radius).
     """
 
     def __init__(self) -> None:
@@ -177,6 +182,7 @@ class SurfaceState:
         self.wanted: Extent = self.extent
         self.aspect: tuple[float, float] | None = None
         self.pixels: tuple[float, float] = DEFAULT_PIXELS
+        self.edge_pixels = EDGE_PIXELS
         self.grid: SurfaceGrid | None = None
         self.curve: tuple[np.ndarray, np.ndarray] | None = None
         self.version = 0
@@ -227,6 +233,7 @@ class SurfaceState:
         if surface.plane.layout.names != self.info.runs[0].names:
             return False  # computed for the lab before this one
         new_plane = self.plane is None or self.plane.plane is not surface.plane
+        before = self.extent
         self.plane = surface
         if new_plane:
             self.home = surface.extent
@@ -241,6 +248,9 @@ class SurfaceState:
             self.extent = ((x0, x1), (lo - 0.05 * (hi - lo), hi + 0.1 * (hi - lo)))
         else:
             self.extent = ((x0, x1), (y0, y1))
+            if not new_plane:
+                # A grid asked for earlier may be narrower than the plot has grown since: keep the wider.
+                self.extent = _union(self.extent, before)
             z = np.asarray(surface.Z, dtype=np.float64)
             self.grid = SurfaceGrid(surface.xs, surface.ys, z, colour_range(z))
         self._changed()
@@ -417,7 +427,13 @@ class SurfaceState:
         if pts.size == 0:
             return None
         (x0, x1), (y0, y1) = self.extent
-        pad = np.array([EDGE * (x1 - x0), EDGE * (y1 - y0)])
+        width, height = self.pixels
+        pad = np.array(
+            [
+                max(EDGE, self.edge_pixels / width) * (x1 - x0),
+                max(EDGE, self.edge_pixels / height) * (y1 - y0),
+            ]
+        )
         inside = np.all((pts - pad >= (x0, y0)) & (pts + pad <= (x1, y1)), axis=1)
         if self.mode == "curve":
             inside = (pts[:, 0] - pad[0] >= x0) & (pts[:, 0] + pad[0] <= x1)
@@ -455,7 +471,8 @@ class SurfaceState:
         assert self.plane is not None
         if self.mode == "curve":
             pts = pts[:, :1]
-        (x0, x1), (y0, y1) = self.plane.extent
+        # Grow from what is shown: a plot widened for a grid still being computed never narrows.
+        (x0, x1), (y0, y1) = self.extent if self.mode == "plane" else self.plane.extent
         (hx0, hx1), (hy0, hy1) = self.home
         cx, cy = GROW_CAP * (hx1 - hx0), GROW_CAP * (hy1 - hy0)
         mx = GROW_MARGIN * (max(x1, pts[:, 0].max()) - min(x0, pts[:, 0].min()))
@@ -466,13 +483,13 @@ class SurfaceState:
         else:
             ny = (y0, y1)
         extent = ((float(nx[0]), float(nx[1])), (float(ny[0]), float(ny[1])))
-        if extent == self.plane.extent or extent == self._asked:
-            return None  # already as wide as the cap allows, or asked for
-        self._asked = extent
         if self.mode == "plane":
             # The plot widens now, so the runs stay in sight while the wider grid is computed; the
             # old grid keeps its place inside it.
             self.extent = extent
+        if extent == self.plane.extent or extent == self._asked:
+            return None  # already as wide as the cap allows, or asked for
+        self._asked = extent
         return PlaneRequest(self.plane.kind, self.plane.plane, extent)
 
     def forget_request(self) -> None:
@@ -494,6 +511,13 @@ def square_extent(extent: Extent, width: float, height: float) -> Extent:
         (cx - per_pixel * width / 2, cx + per_pixel * width / 2),
         (cy - per_pixel * height / 2, cy + per_pixel * height / 2),
     )
+
+
+def _union(a: Extent, b: Extent) -> Extent:
+    """The least extent that holds both ``a`` and ``b``."""
+    (ax0, ax1), (ay0, ay1) = a
+    (bx0, bx1), (by0, by1) = b
+    return (min(ax0, bx0), max(ax1, bx1)), (min(ay0, by0), max(ay1, by1))
 
 
 def _same_extent(a: Extent, b: Extent) -> bool:

@@ -236,8 +236,14 @@ def test_runs_at_one_point_are_drawn_as_nested_rings_and_the_key_says_so(open_wi
     assert all(colour_near(p, run_color(1), 30) for p in inner)
 
 
-def test_a_plane_widens_before_its_wider_grid_arrives_so_no_run_leaves_the_plot(open_window, qtbot) -> None:
+@pytest.mark.parametrize("presenting", [False, True])
+def test_a_plane_widens_before_its_wider_grid_arrives_so_no_run_or_arrow_leaves_the_plot(
+    open_window, qtbot, presenting: bool
+) -> None:
     w = open_window("set-to-none")
+    if presenting:
+        w.set_presentation(True, full_screen=False)
+        w.resize(1920, 1080)
     qtbot.waitUntil(lambda: w.surface.state.ready, timeout=30000)
     surface, c = w.surface, w.controller
     vb = surface.plot.getViewBox()
@@ -247,11 +253,14 @@ def test_a_plane_widens_before_its_wider_grid_arrives_so_no_run_leaves_the_plot(
         for items in surface.items:
             radius = items.point.opts["size"] / 2
             x, y = _pixel(surface, (items.point.pos().x(), items.point.pos().y()))
-            assert radius <= x <= vb.width() - radius and radius <= y <= vb.height() - radius, (
-                c.cursor,
-                x,
-                y,
-            )
+            inside = radius <= x <= vb.width() - radius and radius <= y <= vb.height() - radius
+            assert inside, ("the marker is cut", c.cursor, x, y)
+            (x0, x1), (y0, y1) = vb.viewRange()
+            for key, line in items.lines.items():
+                ax, ay = line.getData()
+                if ax is not None and len(ax):
+                    cut = not (x0 <= ax[-1] <= x1 and y0 <= ay[-1] <= y1)
+                    assert not cut, (f"the {key} arrow is cut", c.cursor)
         if surface.state.extent != extents[-1]:
             extents.append(surface.state.extent)
     assert c.cursor >= 119, "the run went to its end"

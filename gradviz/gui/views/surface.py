@@ -312,6 +312,7 @@ class SurfaceView(QWidget):
     def set_point_size(self, size: float) -> None:
         """Type size of axis labels and ticks; the current markers grow with it."""
         self.marker_scale = max(1.0, size / BASE_POINT_SIZE)
+        self.state.edge_pixels = (POINT_SIZE + RING) * self.marker_scale / 2 + 4
         for items in self.items:
             items.size = 0.0  # drawn again at the new size
         font = QFont()
@@ -578,7 +579,8 @@ class SurfaceView(QWidget):
         drawn = self._drawn(paths)
         shown = self.plane_surface
         # What is drawn covers every cell the paths reached: it tells whether they left the range.
-        request = self.state.follow(drawn)
+        # Where each run's arrows end is held in view too, so no arrow is cut at the edge.
+        request = self.state.follow([*drawn, self._arrow_ends(moment, paths)])
         if request is not None:
             self.plane_requested.emit(request)
             if self.plane_surface is not shown:
@@ -594,6 +596,25 @@ class SurfaceView(QWidget):
         if self.mode in ("plane", "curve"):
             self._residuals(paths)
             self._set_caption()
+
+    def _arrow_ends(self, moment: Moment, paths: list[np.ndarray]) -> np.ndarray:
+        """Where the running runs' arrows end, ``(M, 2)``: the next ``step()``, and ``-lr × .grad``."""
+        assert self.info is not None
+        out = []
+        for i, run in enumerate(self.info.runs):
+            at = self.state.last_point(i, len(paths[i]))
+            if at is None or moment.status(run.name) != "running":
+                continue
+            nxt = moment.next_step(run.name)
+            if nxt is not None:
+                out.append(self.state.step_point(nxt))
+            back = moment.last_backward(run.name)
+            if back is not None:
+                lr = float(next(iter(back.lr.values()), 0.0))
+                stale = self.state.vector(back.stale_grads or {}) or (0.0, 0.0)
+                fresh = self.state.vector(back.fresh_grads or {}) or (0.0, 0.0)
+                out.append((at[0] - lr * (stale[0] + fresh[0]), at[1] - lr * (stale[1] + fresh[1])))
+        return np.array(out, dtype=np.float64).reshape(-1, 2)
 
     def _drawn(self, paths: list[np.ndarray]) -> list[np.ndarray]:
         """What is drawn of each path: all of a short one, a long one thinned to the plot's pixels."""
