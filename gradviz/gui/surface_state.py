@@ -302,7 +302,10 @@ class SurfaceState:
 
     # -------------------------------------------------------------- paths
     def paths(self, moment: Moment) -> list[np.ndarray]:
-        """Every run's path up to ``moment`` in view coordinates, ``(N, 2)`` each; empty without a surface."""
+        """Every run's path up to ``moment`` in view coordinates, ``(N, 2)`` each; empty without a surface.
+
+        Each is a view of the points the state keeps (no copy, whatever the history's length): read only.
+        """
         if self.info is None or not self.ready:
             return []
         return [self._path(moment, i, r.name) for i, r in enumerate(self.info.runs)]
