@@ -57,6 +57,9 @@ GPU_CHUNK_BYTES = 64 * 1024 * 1024
 MAX_CHUNK = 4096
 # Sizes tried for the coarse preview, largest first; 21 and 11 are exact subgrids of 101.
 COARSE_SIZES = (21, 11, 6)
+# A path whose second principal component is smaller than this share of its first (in length, not
+# variance) runs along a line: that component is rounding noise, no direction of the path.
+MIN_PC_RATIO = 1e-5
 # Work allowed for the coarse preview: about 0.1 s on two cores of these machines.
 COARSE_FLOPS = 5e9
 
@@ -189,7 +192,7 @@ def random_plane(centre: np.ndarray, layout: Layout, seed: int = 0) -> Plane:
     return Plane("random", layout, centre, dirs, ("direction 1 (filter-normalised)", "direction 2"))
 
 
-def pca_plane(trajectory: np.ndarray | Sequence[np.ndarray], layout: Layout) -> Plane:
+def pca_plane(trajectory: np.ndarray | Sequence[np.ndarray], layout: Layout, seed: int = 0) -> Plane:
     """The top two principal components of a path, centred at its last point (Li et al. 2018, sec. 7).
 
     The components are those of the offsets of every point from the last one, so
@@ -197,26 +200,50 @@ def pca_plane(trajectory: np.ndarray | Sequence[np.ndarray], layout: Layout) -> 
     are distances in weight space). Signs are chosen so the path starts at
     negative coordinates.
 
+    A path that runs along a line (its second component under :data:`MIN_PC_RATIO`
+    of its first) has no second direction: the plane's second direction is then a
+    seeded random one at right angles to the first, and its label says so. A small
+    but real share is written with the digits it needs, never as "0%".
+
     Raises
     ------
     UserError
-        When the path has not yet moved in two independent directions.
+        When the path has not moved yet.
     """
     path = np.asarray(trajectory, dtype=np.float64).reshape(-1, layout.total)
     centre = path[-1]
     offsets = path - centre
     _, s, vt = np.linalg.svd(offsets, full_matrices=False)
-    if len(s) < 2 or not s[1] > 1e-9 * max(s[0], 1e-300):
-        raise UserError(
-            "The path has not moved in two independent directions yet; step further or use another plane."
-        )
-    dirs = vt[:2].copy()
-    for k in range(2):
+    if not (len(s) and s[0] > 0):
+        raise UserError("The path has not moved yet; step further or use another plane.")
+    share = s**2 / np.sum(s**2)
+    dirs = np.zeros((2, layout.total))
+    dirs[0] = vt[0]
+    line = len(s) < 2 or not s[1] >= MIN_PC_RATIO * s[0]
+    if line:
+        across = np.random.default_rng(seed).standard_normal(layout.total)
+        across -= (across @ dirs[0]) * dirs[0]
+        norm = float(np.linalg.norm(across))
+        if not norm > 0:
+            raise UserError("The path runs along the model's only direction; a loss curve shows it.")
+        dirs[1] = across / norm
+        second = "random, at right angles (the path is a line)"
+    else:
+        dirs[1] = vt[1]
+        second = f"PC2 ({percent(share[1])})"
+    for k in range(1 if line else 2):
         if dirs[k] @ offsets[0] > 0:
             dirs[k] = -dirs[k]
-    share = s[:2] ** 2 / np.sum(s**2)
-    labels = (f"PC1 ({share[0]:.0%} of the path)", f"PC2 ({share[1]:.0%})")
-    return Plane("pca", layout, centre, dirs, labels)
+    return Plane("pca", layout, centre, dirs, (f"PC1 ({percent(share[0])} of the path)", second))
+
+
+def percent(share: float) -> str:
+    """A share as a percentage with the digits it needs: 97%, 3%, 0.42%, 0.0031%; never 0% unless it is 0."""
+    if share <= 0:
+        return "0%"
+    if share >= 0.01:
+        return f"{share:.0%}"
+    return f"{100 * share:.2g}%"
 
 
 def three_point_plane(

@@ -14,13 +14,13 @@ computed off the GUI thread and handed in with :meth:`SurfaceState.set_plane_sur
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gradviz.gui.surface_path import RunPath, cell_size
 from gradviz.gui.tape import PlaneRequest
 
 if TYPE_CHECKING:
@@ -41,13 +41,18 @@ LOW_PERCENTILE, HIGH_PERCENTILE = 1.0, 97.0
 CLIP_WIDTHS = 20.0
 # A plane's range grows at most this many first spans on each side when a path leaves it.
 GROW_CAP = 4.0
-# A true surface grows at most this many first spans on each side, and each time by this share
-# beyond the path, so a path spiralling outwards asks for a new grid every few steps, not every one.
+# A true surface grows at most this many first spans on each side. Either grows each time by this
+# share beyond the path, so a path spiralling outwards asks for a new grid every few steps, not every one.
 MODEL_GROW_CAP = 1.5
 GROW_MARGIN = 0.25
 # A point closer to the extent's edge than this share of its span counts as leaving it: the
 # current marker (15 px) and the arrows' heads would be cut in half by the plot's edge.
 EDGE = 0.06
+# ... and closer than this many pixels (a current marker's radius, its rings included), however
+# small the plot; the view sets the figure for its markers (they grow with presentation type).
+EDGE_PIXELS = 20.0
+# The plot's size in pixels until the view says it: thinning then errs on the side of more points.
+DEFAULT_PIXELS = (2000.0, 2000.0)
 # Room around the starts and the minimum on a true surface's first extent, a share of their span.
 HOME_PADDING = 0.35
 
@@ -134,19 +139,6 @@ class SurfaceGrid:
     colour: ColourRange
 
 
-class _RunPath:
-    """One run's projected points, extended as its history grows (projection is the costly part)."""
-
-    def __init__(self) -> None:
-        self.points: list[tuple[float, float]] = []
-        self.residuals: list[float] = []
-        # For each op of the run, the index of the point it leaves the run at.
-        self.op_points: list[int] = []
-
-    def clear(self) -> None:
-        self.points, self.residuals, self.op_points = [], [], []
-
-
 class SurfaceState:
     """The surface of one lab as every view shows it: mode, plane, extent, grid, paths, colours.
 
@@ -172,6 +164,10 @@ class SurfaceState:
         The plot's size in pixels, ``(width, height)``, once known: a true surface's
         extent takes its proportions, so one unit spans as many pixels across as up
         and a gradient stands perpendicular to the contours.
+    pixels:
+        The plot's size in pixels, ``(width, height)``, in any mode: what a long path is thinned to.
+    edge_pixels:
+        How close to the plot's edge, in pixels, a point counts as leaving it (a marker's radius).
     """
 
     def __init__(self) -> None:
@@ -185,11 +181,13 @@ class SurfaceState:
         # shown is this grown on its shorter side to the plot's proportions.
         self.wanted: Extent = self.extent
         self.aspect: tuple[float, float] | None = None
+        self.pixels: tuple[float, float] = DEFAULT_PIXELS
+        self.edge_pixels = EDGE_PIXELS
         self.grid: SurfaceGrid | None = None
         self.curve: tuple[np.ndarray, np.ndarray] | None = None
         self.version = 0
         self.fixed = False
-        self._runs: list[_RunPath] = []
+        self._runs: list[RunPath] = []
         self._asked: Extent | None = None
         self._listeners: list[Callable[[], None]] = []
 
@@ -212,7 +210,7 @@ class SurfaceState:
         self.curve = None
         self.fixed = False
         self._asked = None
-        self._runs = [_RunPath() for _ in info.runs]
+        self._runs = [RunPath() for _ in info.runs]
         lesson = info.scenario.lesson
         if lesson is not None and lesson.surface == "none":
             self.mode = "none"
@@ -235,6 +233,7 @@ class SurfaceState:
         if surface.plane.layout.names != self.info.runs[0].names:
             return False  # computed for the lab before this one
         new_plane = self.plane is None or self.plane.plane is not surface.plane
+        before = self.extent
         self.plane = surface
         if new_plane:
             self.home = surface.extent
@@ -249,6 +248,9 @@ class SurfaceState:
             self.extent = ((x0, x1), (lo - 0.05 * (hi - lo), hi + 0.1 * (hi - lo)))
         else:
             self.extent = ((x0, x1), (y0, y1))
+            if not new_plane:
+                # A grid asked for earlier may be narrower than the plot has grown since: keep the wider.
+                self.extent = _union(self.extent, before)
             z = np.asarray(surface.Z, dtype=np.float64)
             self.grid = SurfaceGrid(surface.xs, surface.ys, z, colour_range(z))
         self._changed()
@@ -267,8 +269,14 @@ class SurfaceState:
         if width <= 0 or height <= 0:
             return
         self.aspect = (float(width), float(height))
+        self.pixels = self.aspect
         if self.mode == "model" and not self.fixed:
             self._hold(self.wanted)
+
+    def set_pixels(self, width: float, height: float) -> None:
+        """The plot's size in pixels, in any mode: a long path is thinned to what they can show."""
+        if width > 0 and height > 0:
+            self.pixels = (float(width), float(height))
 
     def _hold(self, wanted: Extent) -> None:
         """Show a true surface over an extent holding ``wanted``, evaluated again only if it moved."""
@@ -294,66 +302,69 @@ class SurfaceState:
 
     # -------------------------------------------------------------- paths
     def paths(self, moment: Moment) -> list[np.ndarray]:
-        """Every run's path up to ``moment`` in view coordinates, ``(N, 2)`` each; empty without a surface."""
+        """Every run's path up to ``moment`` in view coordinates, ``(N, 2)`` each; empty without a surface.
+
+        Each is a view of the points the state keeps (no copy, whatever the history's length): read only.
+        """
         if self.info is None or not self.ready:
             return []
         return [self._path(moment, i, r.name) for i, r in enumerate(self.info.runs)]
 
     def _path(self, moment: Moment, index: int, name: str) -> np.ndarray:
-        """The run's points up to this moment: the start, then one per step."""
+        """The run's points up to this moment: the start, then one per step (a view of what is kept)."""
         assert self.info is not None
         run = self._runs[index]
         rt = moment.tape.runs[name]
         upto = rt.index_at(moment.tick)
         if len(run.op_points) > len(rt):  # the tape was reset
             run.clear()
-        if not run.points:
+        if not len(run):
             start = self.info.initial[name]
-            run.points, run.residuals = self.points([start.param_flat], [start.params])
+            run.extend(*self.points([start.param_flat], [start.params]))
         flats, dicts = [], []
         for i in range(len(run.op_points), len(rt)):
             rec = moment.tape.record(name, i)
             if rt.ops[i] == "step" and rec is not None:
                 flats.append(rec.snapshot.param_flat)
                 dicts.append(rec.params)
-            run.op_points.append(len(run.points) + len(flats) - 1)
+            run.op_points.append(len(run) + len(flats) - 1)
         if flats:
-            points, residuals = self.points(flats, dicts)
-            run.points.extend(points)
-            run.residuals.extend(residuals)
-        n = run.op_points[upto] + 1 if upto >= 0 else 1
-        return np.asarray(run.points[:n], dtype=np.float64)
+            run.extend(*self.points(flats, dicts))
+        return run.points(run.op_points[upto] + 1 if upto >= 0 else 1)
+
+    def drawn(self, index: int, length: int) -> np.ndarray:
+        """What to draw of run ``index``'s first ``length`` points: all of a short path, a long one thinned.
+
+        A long path keeps the segments that reach pixels no earlier one reached, and its newest
+        points exactly (see :mod:`~gradviz.gui.surface_path`), so drawing it costs
+        no more after 50,000 ops than after 2,000. NaN separates its pieces.
+        """
+        (x0, x1), (y0, y1) = self.extent
+        width, height = self.pixels
+        cell = (cell_size(x1 - x0, width), cell_size(y1 - y0, height))
+        return self._runs[index].drawn(length, cell)
+
+    def last_point(self, index: int, length: int) -> tuple[float, float] | None:
+        """Run ``index``'s current point: the last finite one of its first ``length`` points, or None."""
+        point = self._runs[index].last_finite(length)
+        return None if point is None else (float(point[0]), float(point[1]))
 
     def residual(self, index: int, length: int) -> float:
         """How far the last point of run ``index``'s first ``length`` points lies off the plane."""
-        residuals = self._runs[index].residuals
-        return residuals[length - 1] if residuals else 0.0
+        return self._runs[index].residual(length)
 
-    @staticmethod
-    def current_points(paths: list[np.ndarray]) -> list[tuple[float, float] | None]:
-        """Each run's current point: the last finite point of its path (None if it has none)."""
-        out: list[tuple[float, float] | None] = []
-        for path in paths:
-            finite = path[np.all(np.isfinite(path), axis=1)]
-            out.append((float(finite[-1, 0]), float(finite[-1, 1])) if len(finite) else None)
-        return out
-
-    def points(
-        self, flats: list[np.ndarray], dicts: list[Any]
-    ) -> tuple[list[tuple[float, float]], list[float]]:
-        """View positions of parameter states and their distance off the plane (0 on a true surface)."""
+    def points(self, flats: list[np.ndarray], dicts: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Positions of parameter states ``(M, 2)`` and their distances off the plane (0 on true surfaces)."""
         if self.model is not None:
-            return [self.model.point(d) for d in dicts], [0.0] * len(dicts)
+            return np.array([self.model.point(d) for d in dicts], dtype=np.float64), np.zeros(len(dicts))
         assert self.plane is not None
         from gradviz.engine.landscape import project
 
         proj = project(self.plane.plane, np.stack(flats))
         coords = proj.coords
         if self.mode == "curve":
-            heights = self._curve_height(coords[:, 0])
-            pairs = [(float(a), float(h)) for a, h in zip(coords[:, 0], heights, strict=True)]
-            return pairs, [0.0] * len(flats)
-        return [(float(a), float(b)) for a, b in coords], [float(r) for r in proj.residuals]
+            return np.stack([coords[:, 0], self._curve_height(coords[:, 0])], axis=1), np.zeros(len(flats))
+        return np.asarray(coords, dtype=np.float64), np.asarray(proj.residuals, dtype=np.float64)
 
     def _curve_height(self, w: np.ndarray) -> np.ndarray:
         assert self.plane is not None
@@ -382,7 +393,8 @@ class SurfaceState:
         from gradviz.engine.landscape import flatten
 
         assert self.plane is not None
-        return self.points([flatten(self.plane.plane.layout, params)], [params])[0][0]
+        point = self.points([flatten(self.plane.plane.layout, params)], [params])[0][0]
+        return float(point[0]), float(point[1])
 
     def loss_at(self, pts: np.ndarray) -> np.ndarray:
         """The loss of the surface at points ``(M, 2)`` (exact for a true surface, else interpolated)."""
@@ -408,7 +420,8 @@ class SurfaceState:
         """Widen the extent when a path leaves it (unless fixed).
 
         A true surface is re-evaluated here at once, up to :data:`MODEL_GROW_CAP`;
-        a plane cannot be, so the wider plane surface to ask for is returned (once per extent).
+        a plane cannot be, so the wider plane surface to ask for is returned (once per
+        extent), and the extent is already the wider one.
         """
         if self.fixed or not self.ready or not paths:
             return None
@@ -417,7 +430,13 @@ class SurfaceState:
         if pts.size == 0:
             return None
         (x0, x1), (y0, y1) = self.extent
-        pad = np.array([EDGE * (x1 - x0), EDGE * (y1 - y0)])
+        width, height = self.pixels
+        pad = np.array(
+            [
+                max(EDGE, self.edge_pixels / width) * (x1 - x0),
+                max(EDGE, self.edge_pixels / height) * (y1 - y0),
+            ]
+        )
         inside = np.all((pts - pad >= (x0, y0)) & (pts + pad <= (x1, y1)), axis=1)
         if self.mode == "curve":
             inside = (pts[:, 0] - pad[0] >= x0) & (pts[:, 0] + pad[0] <= x1)
@@ -455,17 +474,22 @@ class SurfaceState:
         assert self.plane is not None
         if self.mode == "curve":
             pts = pts[:, :1]
-        (x0, x1), (y0, y1) = self.plane.extent
+        # Grow from what is shown: a plot widened for a grid still being computed never narrows.
+        (x0, x1), (y0, y1) = self.extent if self.mode == "plane" else self.plane.extent
         (hx0, hx1), (hy0, hy1) = self.home
         cx, cy = GROW_CAP * (hx1 - hx0), GROW_CAP * (hy1 - hy0)
-        mx = 0.15 * (max(x1, pts[:, 0].max()) - min(x0, pts[:, 0].min()))
+        mx = GROW_MARGIN * (max(x1, pts[:, 0].max()) - min(x0, pts[:, 0].min()))
         nx = (max(min(x0, pts[:, 0].min() - mx), hx0 - cx), min(max(x1, pts[:, 0].max() + mx), hx1 + cx))
         if self.mode == "plane":
-            my = 0.15 * (max(y1, pts[:, 1].max()) - min(y0, pts[:, 1].min()))
+            my = GROW_MARGIN * (max(y1, pts[:, 1].max()) - min(y0, pts[:, 1].min()))
             ny = (max(min(y0, pts[:, 1].min() - my), hy0 - cy), min(max(y1, pts[:, 1].max() + my), hy1 + cy))
         else:
             ny = (y0, y1)
         extent = ((float(nx[0]), float(nx[1])), (float(ny[0]), float(ny[1])))
+        if self.mode == "plane":
+            # The plot widens now, so the runs stay in sight while the wider grid is computed; the
+            # old grid keeps its place inside it.
+            self.extent = extent
         if extent == self.plane.extent or extent == self._asked:
             return None  # already as wide as the cap allows, or asked for
         self._asked = extent
@@ -492,6 +516,13 @@ def square_extent(extent: Extent, width: float, height: float) -> Extent:
     )
 
 
+def _union(a: Extent, b: Extent) -> Extent:
+    """The least extent that holds both ``a`` and ``b``."""
+    (ax0, ax1), (ay0, ay1) = a
+    (bx0, bx1), (by0, by1) = b
+    return (min(ax0, bx0), max(ax1, bx1)), (min(ay0, by0), max(ay1, by1))
+
+
 def _same_extent(a: Extent, b: Extent) -> bool:
     """Whether two extents agree to a part in a million of their size (resizes jitter by rounding)."""
     (ax0, ax1), (ay0, ay1) = a
@@ -509,20 +540,22 @@ def _padded(lo: float, hi: float) -> tuple[float, float]:
 
 def _bilinear(xs: np.ndarray, ys: np.ndarray, z: np.ndarray, pts: np.ndarray) -> np.ndarray:
     """``z`` over the grid ``xs`` x ``ys`` interpolated at ``pts`` ``(M, 2)``, clamped to the grid."""
-    out = np.empty(len(pts))
-    for k, (x, y) in enumerate(pts):
-        if not (math.isfinite(x) and math.isfinite(y)):
-            out[k] = np.nan
-            continue
-        fi = float(np.interp(x, xs, np.arange(len(xs))))
-        fj = float(np.interp(y, ys, np.arange(len(ys)))) if len(ys) > 1 else 0.0
-        i0, j0 = min(int(fi), len(xs) - 2) if len(xs) > 1 else 0, min(int(fj), max(len(ys) - 2, 0))
-        ti, tj = fi - i0, fj - j0
-        i1, j1 = min(i0 + 1, len(xs) - 1), min(j0 + 1, len(ys) - 1)
-        out[k] = (
-            z[i0, j0] * (1 - ti) * (1 - tj)
-            + z[i1, j0] * ti * (1 - tj)
-            + z[i0, j1] * (1 - ti) * tj
-            + z[i1, j1] * ti * tj
-        )
-    return out
+    pts = np.asarray(pts, dtype=np.float64).reshape(-1, 2)
+    ok = np.isfinite(pts).all(axis=1)
+    fi = np.interp(np.where(ok, pts[:, 0], xs[0]), xs, np.arange(len(xs)))
+    fj = (
+        np.interp(np.where(ok, pts[:, 1], ys[0]), ys, np.arange(len(ys)))
+        if len(ys) > 1
+        else np.zeros(len(pts))
+    )
+    i0 = np.minimum(fi.astype(np.int64), len(xs) - 2) if len(xs) > 1 else np.zeros(len(pts), dtype=np.int64)
+    j0 = np.minimum(fj.astype(np.int64), max(len(ys) - 2, 0))
+    ti, tj = fi - i0, fj - j0
+    i1, j1 = np.minimum(i0 + 1, len(xs) - 1), np.minimum(j0 + 1, len(ys) - 1)
+    out = (
+        z[i0, j0] * (1 - ti) * (1 - tj)
+        + z[i1, j0] * ti * (1 - tj)
+        + z[i0, j1] * (1 - ti) * tj
+        + z[i1, j1] * ti * tj
+    )
+    return np.where(ok, out, np.nan)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gradviz.engine import Lab, OpRecord, load_builtin
+from gradviz.engine.scenario import Scenario
 
 # An MLP large enough that a lab records it light: keyframes, not every op.
 MLP = """
@@ -30,3 +33,13 @@ def records_by_run(lab: Lab, iterations: int) -> dict[str, list[OpRecord]]:
 
 def builtin_lab(name: str, **overrides: object) -> Lab:
     return Lab(load_builtin(name).with_overrides(**overrides))  # type: ignore[arg-type]
+
+
+def mlp_over_a_plane() -> Scenario:
+    """zero-grad-myths with its surface put back: an MLP drawn over a plane through weight space.
+
+    Its lesson leaves the surface out (both runs take the same steps, so they share one path).
+    """
+    scenario = load_builtin("zero-grad-myths")
+    assert scenario.lesson is not None
+    return replace(scenario, lesson=replace(scenario.lesson, surface="auto"))

@@ -142,8 +142,26 @@ def test_three_point_and_pca_planes_hold_their_points_exactly():
     assert residuals.max() < 1e-9
     np.testing.assert_allclose(coords[-1], (0, 0), atol=1e-12)
     assert coords[0][0] < 0 and coords[0][1] <= 0
-    with pytest.raises(UserError, match="two independent directions"):
-        L.pca_plane(start + t * (yours - start), LAYOUT)
+    with pytest.raises(UserError, match="not moved"):
+        L.pca_plane(np.stack([start, start]), LAYOUT)
+
+
+@pytest.mark.parametrize("wobble", [0.0, 1e-9, 2e-3, 0.05])
+def test_a_path_along_a_line_gets_a_plane_across_it_and_no_axis_reads_zero_percent(wobble: float):
+    rng = np.random.default_rng(3)
+    start, end, side = rng.standard_normal((3, LAYOUT.total))
+    t = np.linspace(0, 1, 40)[:, None]
+    path = start + t * (end - start) + wobble * np.sin(7 * t) * side
+    plane = L.pca_plane(path, LAYOUT)
+    assert not any("(0%" in label for label in plane.labels), plane.labels
+    np.testing.assert_allclose(plane.directions @ plane.directions.T, np.eye(2), atol=1e-12)
+    coords, residuals = L.project(plane, path)
+    assert residuals.max() <= 2 * wobble * np.linalg.norm(side) + 1e-9, "the path lies in it, or by it"
+    assert coords[0][0] < 0
+    if wobble < 1e-6:
+        assert plane.labels[1] == "random, at right angles (the path is a line)"
+    else:
+        assert plane.labels[1].startswith("PC2 (") and residuals.max() < 1e-9
 
 
 def test_planes_of_a_lab():

@@ -12,6 +12,7 @@ from PIL import Image
 from gradviz.engine.errors import UserError
 from gradviz.export import ExportCancelled
 from gradviz.gui.theme import RUN_COLORS
+from tests.engine.helpers import mlp_over_a_plane
 from tests.export.conftest import SIZE, gif_blocks, gif_durations, gif_frames, leftovers
 
 CAPTION_ROWS = slice(0, 44)
@@ -114,7 +115,7 @@ def test_a_model_with_a_plane_surface(export, tmp_path: Path) -> None:
     from gradviz.gui.export_renderer import FrameRenderer, run_inline
 
     style = FrameStyle(SIZE, ("surface",))
-    with FrameRenderer("zero-grad-myths", style) as renderer:
+    with FrameRenderer(mlp_over_a_plane(), style) as renderer:
         run_inline(renderer.open())
         plan = plan_frames(renderer.ticks_per_iteration, ops=12)
         frames = list(renderer.frames(plan.ticks()))

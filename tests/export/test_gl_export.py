@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.engine.helpers import mlp_over_a_plane
 from tests.export.conftest import gif_frames
 
 
@@ -18,7 +19,7 @@ def test_surface3d_export_draws_the_mesh(export, tmp_path: Path) -> None:
     reason = gl_refusal(views)
     if reason is not None:
         pytest.skip(reason)
-    path, count = export(tmp_path / "a.gif", scenario="zero-grad-myths", ops=3, views=views, size=(800, 360))
+    path, count = export(tmp_path / "a.gif", scenario=mlp_over_a_plane(), ops=3, views=views, size=(800, 360))
     frames = gif_frames(path)
     assert count == 3 and len(frames) == 3
     last = frames[-1]

@@ -6,6 +6,7 @@ import numpy as np
 from gui_helpers import settle
 
 from gradviz.gui.tape import PlaneRequest
+from tests.engine.helpers import mlp_over_a_plane
 
 
 def _final(w):
@@ -21,7 +22,7 @@ def _step(qtbot, w, ops: int) -> None:
 
 
 def test_mlp_shows_a_surface_and_how_far_the_runs_lie_off_it(open_window, qtbot) -> None:
-    w = open_window("zero-grad-myths")
+    w = open_window(mlp_over_a_plane())
     _step(qtbot, w, 8)
     assert w.surface.mode == "plane" and w.surface.controls.isVisible()
     caption = w.surface.caption.text()
@@ -40,7 +41,7 @@ def test_mlp_shows_a_surface_and_how_far_the_runs_lie_off_it(open_window, qtbot)
 
 
 def test_another_plane_kind_is_computed_and_the_path_lies_in_it(open_window, qtbot) -> None:
-    w = open_window("zero-grad-myths")
+    w = open_window(mlp_over_a_plane())
     _step(qtbot, w, 12)
     combo = w.surface.plane_kind
     combo.setCurrentIndex(combo.findData("pca"))
@@ -52,7 +53,7 @@ def test_another_plane_kind_is_computed_and_the_path_lies_in_it(open_window, qtb
 
 
 def test_stale_surfaces_are_dropped(open_window, qtbot) -> None:
-    w = open_window("zero-grad-myths")
+    w = open_window(mlp_over_a_plane())
     qtbot.waitUntil(lambda: _final(w), timeout=30000)
     c = w.controller
     seen: list[int] = []
@@ -62,6 +63,15 @@ def test_stale_surfaces_are_dropped(open_window, qtbot) -> None:
     assert last > first
     qtbot.waitUntil(lambda: not c.plane_pending, timeout=30000)
     assert seen and all(g == last for g in seen)
+
+
+def test_a_lesson_whose_runs_share_one_path_leaves_the_surface_out_and_says_why(open_window, qtbot) -> None:
+    w = open_window("zero-grad-myths")
+    w.controller.next_op()
+    settle(qtbot, w)
+    assert w.surface.mode == "none" and w.surface.plane_surface is None
+    assert not w.surface.isVisible(), "the window gives its room to the views the lesson leads with"
+    assert "No loss surface for this lesson" in w.surface.placeholder.text()
 
 
 def test_a_cancelled_evaluation_sends_nothing() -> None:

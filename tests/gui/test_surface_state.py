@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gui_helpers import settle
+from gui_helpers import colour_near, settle
 
 from gradviz.gui.surface_state import (
     CONTOURS,
@@ -196,6 +196,76 @@ def test_current_markers_are_drawn_whole_inside_the_plot(open_window, qtbot, sce
         radius = items.point.opts["size"] / 2
         x, y = _pixel(surface, (items.point.pos().x(), items.point.pos().y()))
         assert radius <= x <= vb.width() - radius and radius <= y <= vb.height() - radius, (x, y)
+
+
+def test_runs_at_one_point_are_drawn_as_nested_rings_and_the_key_says_so(open_window, qtbot) -> None:
+    from gradviz.gui.theme import run_color
+
+    w = open_window("grad-accumulation")
+    w.controller.next_op()
+    settle(qtbot, w)
+    # All three start at one point: three rings, the first run outermost.
+    sizes = [items.point.opts["size"] for items in w.surface.items]
+    assert sizes[0] > sizes[1] > sizes[2]
+    assert all(name in w.surface.key.text().split("next step()")[-1] for name in ("scaled", "full-batch"))
+    for _ in range(9):  # the first step: scaled and full-batch land on one point, unscaled beyond
+        w.controller.next_op()
+        settle(qtbot, w)
+    surface = w.surface
+    scaled, full, unscaled = surface.items
+    assert (scaled.point.pos().x(), scaled.point.pos().y()) == pytest.approx(
+        (full.point.pos().x(), full.point.pos().y()), abs=1e-6
+    )
+    assert scaled.point.isVisible() and full.point.isVisible()
+    # The first run is the outer ring, under the second; a run elsewhere keeps the usual size.
+    assert scaled.point.opts["size"] > full.point.opts["size"] == unscaled.point.opts["size"]
+    assert scaled.point.zValue() < full.point.zValue()
+    key = surface.key.text()
+    assert "scaled" in key.split("same point")[0].split("next step()")[-1] and "same point" in key
+    assert "unscaled" not in key.split("next step()")[-1]
+    # Both shapes are seen: the outer ring's colour shows around the inner marker.
+    image = surface.plot_widget.grab().toImage()
+    cx, cy = surface.scene_pixel(full.point.pos().x(), full.point.pos().y())
+    ring = scaled.point.opts["size"] / 2 - 2
+    around = [
+        image.pixelColor(int(cx + ring * np.cos(a)), int(cy + ring * np.sin(a)))
+        for a in np.linspace(0, 2 * np.pi, 24, endpoint=False)
+    ]
+    assert sum(colour_near(p, run_color(0), 30) for p in around) >= 12
+    inner = [image.pixelColor(cx + dx, cy + dy) for dx in (-2, 0, 2) for dy in (-2, 0, 2)]
+    assert all(colour_near(p, run_color(1), 30) for p in inner)
+
+
+@pytest.mark.parametrize("presenting", [False, True])
+def test_a_plane_widens_before_its_wider_grid_arrives_so_no_run_or_arrow_leaves_the_plot(
+    open_window, qtbot, presenting: bool
+) -> None:
+    w = open_window("set-to-none")
+    if presenting:
+        w.set_presentation(True, full_screen=False)
+        w.resize(1920, 1080)
+    qtbot.waitUntil(lambda: w.surface.state.ready, timeout=30000)
+    surface, c = w.surface, w.controller
+    vb = surface.plot.getViewBox()
+    extents = [surface.state.extent]
+    while c.next_op():  # the whole run, not waiting for the wider planes it asks for
+        settle(qtbot, w)
+        for items in surface.items:
+            radius = items.point.opts["size"] / 2
+            x, y = _pixel(surface, (items.point.pos().x(), items.point.pos().y()))
+            inside = radius <= x <= vb.width() - radius and radius <= y <= vb.height() - radius
+            assert inside, ("the marker is cut", c.cursor, x, y)
+            (x0, x1), (y0, y1) = vb.viewRange()
+            for key, line in items.lines.items():
+                ax, ay = line.getData()
+                if ax is not None and len(ax):
+                    cut = not (x0 <= ax[-1] <= x1 and y0 <= ay[-1] <= y1)
+                    assert not cut, (f"the {key} arrow is cut", c.cursor)
+        if surface.state.extent != extents[-1]:
+            extents.append(surface.state.extent)
+    assert c.cursor >= 119, "the run went to its end"
+    # The range grows with a margin each time, so it moves a few times in a run, not every op.
+    assert len(extents) <= 8, [tuple(round(v, 2) for axis in e for v in axis) for e in extents]
 
 
 def test_the_backward_s_arrows_never_put_their_heads_on_the_step_s(open_window, qtbot) -> None:

@@ -36,11 +36,17 @@ from PySide6.QtWidgets import (
 
 from gradviz.gui.surface_state import CONTOURS, Extent, SurfaceGrid, SurfaceState
 from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, PlaneSurface
-from gradviz.gui.theme import LIGHT, Theme, run_color, run_dash, run_glyph, run_symbol
+from gradviz.gui.theme import BASE_POINT_SIZE, LIGHT, Theme, run_color, run_dash, run_glyph, run_symbol
 from gradviz.gui.worker import plane_kinds
 
 # Pixels between the step's arrow and the backward's arrows drawn beside it.
 ARROW_LANE = 5.0
+# The current marker's size in pixels at the window's type size (it grows with presentation type);
+# runs at one point are drawn as rings this much larger each.
+POINT_SIZE = 15
+RING = 9
+# Current points closer than this many pixels (at the window's type) hide each other: nested rings.
+SAME_POINT = 7.0
 # An arrow gets its head only when it is this many heads long.
 HEAD_ROOM = 1.5
 # A plane with no loss known anywhere on it (a replayed recording has no model or data to evaluate).
@@ -76,8 +82,9 @@ class _RunItems:
         self.symbol = run_symbol(index)
         self.path = pg.PlotDataItem(pen=pg.mkPen(colour, width=2, style=run_dash(index)), connect="finite")
         # Single markers are moved with setPos: re-setting a scatter's data costs milliseconds a frame.
+        self.size = float(POINT_SIZE)
         self.point = pg.ScatterPlotItem(
-            [0.0], [0.0], size=15, symbol=self.symbol, brush=colour, pen=pg.mkPen("w", width=2)
+            [0.0], [0.0], size=POINT_SIZE, symbol=self.symbol, brush=colour, pen=pg.mkPen("w", width=2)
         )
         self.point.setZValue(20)
         self.diverged = pg.ScatterPlotItem(
@@ -85,7 +92,7 @@ class _RunItems:
         )
         self.diverged.setZValue(21)
         self.diverged.setVisible(False)
-        self.shown: tuple[int, float, float] | None = None
+        self.shown: tuple[float, ...] | None = None
         self.diverged_label = pg.TextItem("", color=colour, anchor=(0, 1))
         self.diverged_label.setZValue(21)
         self.lines = {
@@ -131,6 +138,12 @@ class SurfaceView(QWidget):
         self.state = SurfaceState()
         self.items: list[_RunItems] = []
         self.residual_text = ""
+        # The extent the plot was last set to show.
+        self._ranged: Extent | None = None
+        # Runs whose current points coincide, each group in run order (drawn as nested rings).
+        self._together: tuple[tuple[int, ...], ...] = ()
+        # Markers grow with the type: at presentation size they read from the back of a hall.
+        self.marker_scale = 1.0
         # The state's version drawn last: shading and contours are redrawn only for a newer one.
         self._painted: int | None = None
 
@@ -287,7 +300,16 @@ class SurfaceView(QWidget):
         designed = all("zero_grad" in lp.order for lp in loops) and any(lp.accumulate > 1 for lp in loops)
         earlier = "earlier micro-batches" if designed else "stale .grad"
         arrows = f"arrows (−lr × gradient): ┈ {earlier} · ─ this backward · ━ next step()"
-        self.key.setText(f"{runs}&nbsp;&nbsp;<span style='color:{self.theme.muted}'>{arrows}</span>")
+        same = "".join(
+            "&nbsp;&nbsp;"
+            + " = ".join(
+                f"<span style='color:{run_color(i)}'>{run_glyph(i)}&nbsp;{self.info.runs[i].name}</span>"
+                for i in group
+            )
+            + f"<span style='color:{self.theme.text}'>: same point (nested rings)</span>"
+            for group in self._together
+        )
+        self.key.setText(f"{runs}&nbsp;&nbsp;<span style='color:{self.theme.muted}'>{arrows}</span>{same}")
 
     def show_controls(self, on: bool) -> None:
         """Show or hide the plane's picker and Recompute (a true surface has neither)."""
@@ -296,7 +318,11 @@ class SurfaceView(QWidget):
         self.controls.setVisible(on and planes)
 
     def set_point_size(self, size: float) -> None:
-        """Type size of axis labels and ticks."""
+        """Type size of axis labels and ticks; the current markers grow with it."""
+        self.marker_scale = max(1.0, size / BASE_POINT_SIZE)
+        self.state.edge_pixels = (POINT_SIZE + RING) * self.marker_scale / 2 + 4
+        for items in self.items:
+            items.size = 0.0  # drawn again at the new size
         font = QFont()
         font.setPointSizeF(size)
         for name in ("left", "bottom"):
@@ -337,6 +363,8 @@ class SurfaceView(QWidget):
                 self.plot.removeItem(head)
         self.items = []
         self.residual_text = ""
+        self._together = ()
+        self._ranged = None
         self.curve.setData([], [])
         self.image.clear()
         for contour in self.contours:
@@ -440,9 +468,10 @@ class SurfaceView(QWidget):
     # -------------------------------------------------------------- shading
     def _fit_aspect(self) -> None:
         """Equal units across and up on a true surface: its extent takes the plot's proportions."""
+        vb = self.plot.getViewBox()
+        self.state.set_pixels(float(vb.width()), float(vb.height()))
         if self.mode != "model":
             return
-        vb = self.plot.getViewBox()
         self.state.set_aspect(float(vb.width()), float(vb.height()))
         self._show()
 
@@ -467,10 +496,16 @@ class SurfaceView(QWidget):
         else:
             return
         self._painted = state.version
-        self.plot.setRange(xRange=self.x_range, yRange=self.y_range, padding=0)
+        self._set_range()
         self._axis_labels()
         self._set_caption()
         self.surface_changed.emit()
+
+    def _set_range(self) -> None:
+        """Show the state's extent (once per change: a plot's range costs a relayout of its axes)."""
+        if self._ranged != self.state.extent:
+            self._ranged = self.state.extent
+            self.plot.setRange(xRange=self.x_range, yRange=self.y_range, padding=0)
 
     def _shade(self, grid: SurfaceGrid) -> np.ndarray:
         """Put ``grid`` into the image in the theme's colours; returns the values shaded."""
@@ -549,19 +584,85 @@ class SurfaceView(QWidget):
         if self.info is None or not self.items or not self.state.ready:
             return
         paths = self.state.paths(moment)
+        drawn = self._drawn(paths)
         shown = self.plane_surface
-        request = self.state.follow(paths)
+        # What is drawn covers every cell the paths reached: it tells whether they left the range.
+        # Where each run's arrows end is held in view too, so no arrow is cut at the edge.
+        request = self.state.follow([*drawn, self._arrow_ends(moment, paths)])
         if request is not None:
             self.plane_requested.emit(request)
             if self.plane_surface is not shown:
                 # The wider surface arrived at once (inline rendering): its coordinates may differ.
                 paths = self.state.paths(moment)
+                drawn = self._drawn(paths)
         self._show()
+        self._set_range()  # a path that left a plane widens it before the wider grid arrives
+        ends = [self.state.last_point(i, len(path)) for i, path in enumerate(paths)]
+        sizes = self._stack_markers(moment, ends)
         for i, run in enumerate(self.info.runs):
-            self._draw_run(moment, i, run.name, paths[i])
+            self._draw_run(moment, i, run.name, paths[i], drawn[i], ends[i], sizes[i])
         if self.mode in ("plane", "curve"):
             self._residuals(paths)
             self._set_caption()
+
+    def _arrow_ends(self, moment: Moment, paths: list[np.ndarray]) -> np.ndarray:
+        """Where the running runs' arrows end, ``(M, 2)``: the next ``step()``, and ``-lr × .grad``."""
+        assert self.info is not None
+        out = []
+        for i, run in enumerate(self.info.runs):
+            at = self.state.last_point(i, len(paths[i]))
+            if at is None or moment.status(run.name) != "running":
+                continue
+            nxt = moment.next_step(run.name)
+            if nxt is not None:
+                out.append(self.state.step_point(nxt))
+            back = moment.last_backward(run.name)
+            if back is not None:
+                lr = float(next(iter(back.lr.values()), 0.0))
+                stale = self.state.vector(back.stale_grads or {}) or (0.0, 0.0)
+                fresh = self.state.vector(back.fresh_grads or {}) or (0.0, 0.0)
+                out.append((at[0] - lr * (stale[0] + fresh[0]), at[1] - lr * (stale[1] + fresh[1])))
+        return np.array(out, dtype=np.float64).reshape(-1, 2)
+
+    def _drawn(self, paths: list[np.ndarray]) -> list[np.ndarray]:
+        """What is drawn of each path: all of a short one, a long one thinned to the plot's pixels."""
+        return [self.state.drawn(i, len(path)) for i, path in enumerate(paths)]
+
+    def _stack_markers(self, moment: Moment, ends: list[tuple[float, float] | None]) -> list[float]:
+        """Each run's marker size: runs at one point are drawn as nested rings, and the key says so.
+
+        Runs whose current points lie closer than :data:`SAME_POINT` pixels would hide
+        each other: the first of them is drawn largest, each next one a ring smaller
+        on top, so every run's shape stays in sight.
+        """
+        assert self.info is not None
+        px, py = self.plot.getViewBox().viewPixelSize()
+        px, py = px or 1.0, py or 1.0
+        live = [
+            i
+            for i, (run, end) in enumerate(zip(self.info.runs, ends, strict=True))
+            if end is not None and moment.status(run.name) == "running"
+        ]
+        groups: list[list[int]] = []
+        for i in live:
+            xi, yi = ends[i]  # type: ignore[misc]
+            for group in groups:
+                xj, yj = ends[group[0]]  # type: ignore[misc]
+                if math.hypot((xi - xj) / px, (yi - yj) / py) < SAME_POINT * self.marker_scale:
+                    group.append(i)
+                    break
+            else:
+                groups.append([i])
+        scale = self.marker_scale
+        sizes = [POINT_SIZE * scale] * len(ends)
+        together = tuple(tuple(g) for g in groups if len(g) > 1)
+        for members in together:
+            for rank, i in enumerate(members):
+                sizes[i] = (POINT_SIZE + RING * (len(members) - 1 - rank)) * scale
+        if together != self._together:
+            self._together = together
+            self._set_key()
+        return sizes
 
     def _residuals(self, paths: list[np.ndarray]) -> None:
         assert self.info is not None
@@ -611,12 +712,21 @@ class SurfaceView(QWidget):
         (x0, x1), (y0, y1) = self.plot.getViewBox().viewRange()
         return (float(x0), float(x1)), (float(y0), float(y1))
 
-    def _draw_run(self, moment: Moment, index: int, name: str, path: np.ndarray) -> None:
+    def _draw_run(
+        self,
+        moment: Moment,
+        index: int,
+        name: str,
+        path: np.ndarray,
+        drawn: np.ndarray,
+        end: tuple[float, float] | None,
+        size: float,
+    ) -> None:
         items = self.items[index]
-        shown = self.state.clip(path)
-        key = (len(path), self.x_range[0], self.x_range[1])
+        key = (len(path), *self.x_range, *self.y_range)
         if key != items.shown:
             items.shown = key
+            shown = self.state.clip(drawn)
             # Markers on every point while they can be told apart; a long path is a line.
             symbols = {
                 "symbol": items.symbol,
@@ -625,15 +735,19 @@ class SurfaceView(QWidget):
                 "symbolPen": None,
             }
             items.path.setData(
-                shown[:, 0], shown[:, 1], **(symbols if len(shown) <= 150 else {"symbol": None})
+                shown[:, 0], shown[:, 1], **(symbols if len(path) <= 150 else {"symbol": None})
             )
-        finite = shown[np.all(np.isfinite(path), axis=1)]
+        last = self.state.clip(np.array([end if end is not None else path[0]], dtype=np.float64))[0]
         status = moment.status(name)
-        last = finite[-1] if len(finite) else shown[0]
         running = status == "running"
         items.point.setVisible(running)
         items.diverged.setVisible(not running)
         if running:
+            if size != items.size:
+                # Nested rings: the larger marker lies under the smaller ones.
+                items.size = size
+                items.point.setSize(size)
+                items.point.setZValue(20 - size / 1000)
             items.point.setPos(float(last[0]), float(last[1]))
             if items.diverged_label.toPlainText():
                 items.diverged_label.setText("")

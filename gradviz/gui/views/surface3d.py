@@ -32,6 +32,10 @@ HEIGHT = 0.9
 MESH_POINTS = 61
 # Paths float this far above the mesh so the surface does not hide them.
 LIFT = 0.015
+# The current markers' size in pixels; markers of runs closer than SAME_POINT (in the mesh box,
+# which spans 2 across) are drawn nested, each this much larger than the one on top of it.
+POINT_SIZE, RING = 14.0, 8.0
+SAME_POINT = 0.03
 # Light scales a face's colour between these factors: enough to show the shape, too little to
 # turn a lit wall lighter than the pit or a wall in shadow darker than it (both themes keep the
 # lighter end above LIGHT_MIN times it, 0.75 x white > the light theme's high grey, and so on).
@@ -82,6 +86,27 @@ def mesh_grid(grid: SurfaceGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return grid.xs[::step_x], grid.ys[::step_y], grid.colour.unit(grid.z[::step_x, ::step_y])
 
 
+def _nested_sizes(ends: list[np.ndarray | None]) -> list[float]:
+    """Marker sizes for points in the mesh box: runs at one point get nested sizes, the first largest."""
+    sizes = [POINT_SIZE] * len(ends)
+    groups: list[list[int]] = []
+    for i, end in enumerate(ends):
+        if end is None:
+            continue
+        for group in groups:
+            first = ends[group[0]]
+            assert first is not None
+            if float(np.linalg.norm(end - first)) < SAME_POINT:
+                group.append(i)
+                break
+        else:
+            groups.append([i])
+    for group in groups:
+        for rank, i in enumerate(group):
+            sizes[i] = POINT_SIZE + RING * (len(group) - 1 - rank)
+    return sizes
+
+
 def _soft_shaded(owner: object) -> Any:
     """A shader program for ``owner``'s mesh: pyqtgraph's "shaded" vertex stage, :data:`SOFT_SHADED_FRAGMENT`.
 
@@ -119,6 +144,8 @@ class Surface3DView(QWidget):
         self._scale: tuple[float, float, float, float] | None = None
         self._grid_key: int | None = None
         self._shader: Any = None
+        # What each run's path was last drawn for: (points, surface version, extent).
+        self._drawn: list[Any] = []
 
         self.title = QLabel("Loss surface in 3-D")
         self.title.setObjectName("panelTitle")
@@ -190,6 +217,7 @@ class Surface3DView(QWidget):
             if item is not None:
                 self.view.removeItem(item)
         self.mesh, self.paths, self.points = None, [], []
+        self._drawn = [None] * len(info.runs)
         self._grid_key = None
         self._scale = None
         import pyqtgraph.opengl as gl
@@ -273,20 +301,37 @@ class Surface3DView(QWidget):
         return np.stack([bx, by, h * HEIGHT + LIFT], axis=1)
 
     def draw(self, moment: Moment) -> None:
-        """Draw every run's path and current point at ``moment`` on the mesh."""
+        """Draw every run's path and current point at ``moment`` on the mesh.
+
+        A long path is drawn thinned as the 2-D view draws it (see
+        :meth:`~gradviz.gui.surface_state.SurfaceState.drawn`); runs at one point
+        are drawn as nested markers, the first largest.
+        """
         if self.view is None or self.info is None:
             return
         self.refresh_surface()
         if self._scale is None or self.state.grid is None:
             return
-        paths = self.state.paths(moment)
-        for i, path in enumerate(paths[: len(self.paths)]):
-            finite = path[np.all(np.isfinite(path), axis=1)]
-            if len(finite) == 0:
+        paths = self.state.paths(moment)[: len(self.paths)]
+        ends: list[np.ndarray | None] = []
+        for i, path in enumerate(paths):
+            end = self.state.last_point(i, len(path))
+            ends.append(None if end is None else self._to_box(np.array([end]))[0])
+            key = (len(path), self.state.version, self.state.extent)
+            if end is None or key == self._drawn[i]:
                 continue
-            pos = self._to_box(finite)
-            self.paths[i].setData(pos=pos)
-            self.points[i].setData(pos=pos[-1:])
+            self._drawn[i] = key
+            drawn = self.state.drawn(i, len(path))
+            pos = self._to_box(drawn)
+            ok = np.isfinite(drawn).all(axis=1)
+            # Each segment whose two ends are known, as a pair of vertices: NaN ends a piece.
+            pairs = ok[:-1] & ok[1:]
+            segments = np.stack([pos[:-1][pairs], pos[1:][pairs]], axis=1).reshape(-1, 3)
+            self.paths[i].setData(pos=segments, mode="lines")
+        for i, size in enumerate(_nested_sizes(ends)):
+            box = ends[i]
+            if box is not None:
+                self.points[i].setData(pos=box[None, :], size=size)
 
     def frame(self) -> Any:
         """The 3-D scene rendered now, as a QImage (None while 3-D is off)."""
