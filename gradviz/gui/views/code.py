@@ -155,6 +155,22 @@ class _Gutter(QWidget):
         self.panel.paint_gutter(self, event)
 
 
+class _Side(QWidget):
+    """The column right of the code that holds the checkboxes too wide to follow their line:
+    set apart from the text, so a ``/ 2`` checkbox there cannot be read as the code's own."""
+
+    def __init__(self, panel: CodeView) -> None:
+        super().__init__(panel.editor)
+        self.panel = panel
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        painter.fillRect(self.rect(), QColor(self.panel.theme.window))
+        painter.setPen(QPen(QColor(self.panel.theme.grid), 2))
+        painter.drawLine(1, 0, 1, self.height())
+        painter.end()
+
+
 class _Editor(QPlainTextEdit):
     """The code's text, with a dashed frame around each line that runs next."""
 
@@ -224,6 +240,7 @@ class CodeView(QWidget):
         self.editor.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.editor.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.gutter = _Gutter(self)
+        self.side = _Side(self)
         self.editor.updateRequest.connect(self._on_update_request)
         self._set_font()
 
@@ -249,6 +266,7 @@ class CodeView(QWidget):
         self.theme = theme
         for _, box in self.toggles:
             self._style_toggle(box)
+        self.side.update()
         self._highlight()
 
     def _style_toggle(self, box: QCheckBox) -> None:
@@ -433,6 +451,10 @@ class CodeView(QWidget):
         self.editor.setViewportMargins(width, 0, self.side_width, 0)
         cr = self.editor.contentsRect()
         self.gutter.setGeometry(QRect(cr.left(), cr.top(), width, cr.height()))
+        view = self.editor.viewport().geometry()
+        self.side.setGeometry(QRect(view.right() + 1, view.top(), self.side_width, view.height()))
+        self.side.setVisible(self.side_width > 0)
+        self.side.lower()  # under the checkboxes it holds
 
     def resizeEvent(self, event: object) -> None:
         super().resizeEvent(event)  # type: ignore[arg-type]
