@@ -392,7 +392,8 @@ class CodeView(QWidget):
                 and ("zero_grad(" in d.text or "p.grad" in d.text)
                 and self._has_choice(d)
             ):
-                box = QCheckBox("set_to_none", self.editor)
+                # Where the line itself spells out set_to_none=, the box needs no label of its own.
+                box = QCheckBox("" if "set_to_none=" in d.text else "set_to_none", self.editor)
                 box.setObjectName("setToNoneToggle")
                 box.setChecked(loop.set_to_none)
                 box.setToolTip(f"Checked: .grad becomes None. Unchecked: .grad is filled with zeros{shared}.")
@@ -720,10 +721,14 @@ class CodeView(QWidget):
         return sel
 
     # ---------------------------------------------------------- scrolling
+    def setup_rows(self) -> list[int]:
+        """The lines before the loop that set up an optimizer (its lr, its parameters)."""
+        return [r for r in range(self.loop_rows().start) if SETUP_KEY.search(self.lines[r].text.strip())]
+
     def setup_row(self) -> int | None:
-        """The first line before the loop that sets up the optimizer (its lr, its parameters)."""
-        head = self.loop_rows().start
-        return next((r for r in range(head) if SETUP_KEY.search(self.lines[r].text.strip())), None)
+        """The optimizer's setup line nearest the loop: the least the panel keeps in view with it."""
+        rows = self.setup_rows()
+        return rows[-1] if rows else None
 
     def _fits(self, top: int, bottom: int) -> bool:
         """Whether rows ``top`` to ``bottom`` fit in the text area at once, as laid out now."""
@@ -747,7 +752,7 @@ class CodeView(QWidget):
     def _best_top(self, low: int, high: int) -> int:
         """The first row to show so rows ``low`` to ``high`` are in view, with the optimizer's setup
         above them where it fits too; where not all fit, from ``low`` down."""
-        for top in (0, self.setup_row(), self.loop_rows().start, low):
+        for top in (0, *self.setup_rows(), self.loop_rows().start, low):
             if top is not None and top <= low and self._fits(top, high):
                 return top
         return low
@@ -781,7 +786,8 @@ class CodeView(QWidget):
 
     def loop_extent(self, setup: bool = True) -> tuple[int, int]:
         """The width and height this panel needs to show every line of the loop, unscrolled,
-        with (``setup``) the optimizer's setup line above it.
+        and with ``setup`` the optimizer's setup line above it too (the panel shows that
+        line with the loop wherever its height holds both, see :meth:`show_loop`).
 
         Measured in the panel's current type, around its current title, note and gutter.
         """
