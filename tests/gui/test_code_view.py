@@ -152,7 +152,7 @@ def test_the_line_that_ran_and_the_line_next_differ_in_shape_not_only_hue(theme,
         ran_rect, next_rect = code._row_rect(ran_row), code._row_rect(next_row)
         # The line that runs next is framed (its top edge drawn in the accent colour); the line
         # that ran is filled, with no frame.
-        frame = _pixels(viewport, QRect(0, next_rect.top() + 1, width, 1))
+        frame = _pixels(viewport, QRect(0, next_rect.top(), width, 1))
         assert sum(colour_near(p, theme.accent, 30) for p in frame) > width // 3
         edge = _pixels(viewport, QRect(0, ran_rect.top() + 1, width, 1))
         assert not any(colour_near(p, theme.accent, 30) for p in edge)

@@ -604,7 +604,8 @@ class CodeView(QWidget):
         for row in rows:
             rect = self._row_rect(row)
             if rect is not None:
-                painter.drawRect(QRect(1, rect.top() + 1, viewport.width() - 3, rect.height() - 2))
+                # On the line's edges, not inside it: an edge drawn inside would hide its underscores.
+                painter.drawRect(QRectF(1.5, rect.top() + 0.5, viewport.width() - 3, rect.height()))
         painter.end()
 
     # ---------------------------------------------------------------- draw
