@@ -222,6 +222,7 @@ class CodeView(QWidget):
         self.legend = QLabel("")
         self.legend.setObjectName("codeLegend")
         self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.legend.setWordWrap(True)  # a narrow panel (a small export) puts the runs on two lines
         self.runs = QComboBox()
         self.runs.setObjectName("codeRun")
         self.runs.setToolTip("Show every run's loop, or one run's alone (to read and edit it whole)")
