@@ -257,7 +257,7 @@ def _code_problems(code: Any) -> list[str]:
     editor = code.editor
     if editor.viewport().width() < MIN_CODE_CHARS * editor.fontMetrics().horizontalAdvance("0"):
         out.append(f"code: lines narrower than {MIN_CODE_CHARS} characters")
-    if code.height() < code.loop_extent()[1]:
+    if code.height() < code.loop_extent(setup=False)[1]:
         out.append("code: the loop does not fit")
     return out
 
@@ -486,7 +486,7 @@ class ExportFrame(QWidget):
         for key in boxes:
             view = self.views[key]
             out += [f"{key}: {p}" for p in _layout_problems(view, view.layout(), view.rect())]
-            if key == "code" and view.run_name is not None:
+            if key == "code" and view.lines:
                 out += _code_problems(view)
         return out
 
@@ -505,8 +505,8 @@ class ExportFrame(QWidget):
                 rows = sum(table.rowHeight(r) for r in range(table.rowCount()) if not table.isRowHidden(r))
                 table.setMinimumHeight(rows + table.horizontalHeader().height() + 2 * table.frameWidth())
             need = view.minimumSizeHint().height()
-            if key == "code" and view.run_name is not None:
-                need = max(need, view.loop_extent()[1])
+            if key == "code" and view.lines:
+                need = max(need, view.loop_extent(setup=False)[1])
             view.setMinimumSize(int(w * scale), max(int(h * scale), need))
 
     def _set_target(self, w: int, h: int) -> None:
@@ -811,9 +811,7 @@ class ExportFrame(QWidget):
         code = self.views.get("code")
         if code is not None and code.isVisibleTo(self):
             editor = code.editor
-            ran, next_line = code.line_state()
-            numbers = [*(range(ran[0], ran[1] + 1) if ran else ()), next_line]
-            rows = [r for r, d in enumerate(code.lines) if d.number is not None and d.number in numbers]
+            rows = code.marked_rows()
             seen = editor.viewport().rect()
             for row in rows:
                 block = editor.document().findBlockByNumber(row)

@@ -198,26 +198,61 @@ def _capitalised(sentence: str) -> str:
     return sentence[0].upper() + sentence[1:]
 
 
-def narrate(moment: Moment | None, run: str | None = None) -> str:
-    """The sentence for ``moment``: what its op did in ``run`` (the one whose code is shown).
+def _stop_runs(moment: Moment) -> list[str]:
+    """The runs a lesson stop at this moment's op is about: the run it names, then its questions' runs."""
+    out: list[str] = []
+    for placed in moment.info.stops:
+        if placed.tick != moment.tick:
+            continue
+        stop = placed.stop
+        named = [stop.at.run]
+        for question in stop.questions:
+            named.append(question.read.run if question.read is not None else None)
+            named += [_claim_run(choice.claim) for choice in question.choices]
+        out += [n for n in named if n is not None]
+        out.append(placed.run)
+    return out
 
-    When ``run`` had no op at this moment, the first run that had one is narrated,
-    the lesson's leading runs first; with several runs the sentence names its run.
+
+def _claim_run(claim: Any) -> str | None:
+    return claim.run if claim.run is not None else next((p.run for p in claim.parts if p.run), None)
+
+
+def narrated_runs(moment: Moment, run: str | None = None) -> list[str]:
+    """The runs in the order the narration looks for one with an op at ``moment``.
+
+    ``run`` (the one whose code is shown alone) first; then a run whose op raised,
+    the most notable thing a moment can hold; then the runs the lesson's stop at
+    this op is about; then the lesson's leading runs, then the others.
+    """
+    lesson = moment.info.scenario.lesson
+    names = lesson.order_runs(moment.run_names()) if lesson else moment.run_names()
+    raised = [n for n in names if (rec := moment.op_record(n)) is not None and rec.error]
+    order = [
+        *([run] if run in names else []),
+        *raised,
+        *(n for n in _stop_runs(moment) if n in names),
+        *names,
+    ]
+    return list(dict.fromkeys(order))
+
+
+def narrate(moment: Moment | None, run: str | None = None) -> str:
+    """The sentence for ``moment``: what its op did in the run :func:`narrated_runs` puts first.
+
+    ``run`` is the run whose code is shown alone (None while every run's is); with
+    several runs the sentence names its run.
     """
     if moment is None:
         return "Loading the scenario…"
     if moment.tick < 0:
         summary = moment.info.scenario.summary or moment.info.scenario.title
         return f"Ready: press → (or Space to play) to run the first op. {summary}"
-    lesson = moment.info.scenario.lesson
-    names = lesson.order_runs(moment.run_names()) if lesson else moment.run_names()
-    if run in names:
-        names = [run, *(n for n in names if n != run)]
-    for run in names:
-        rec = moment.op_record(run)
+    for name in narrated_runs(moment, run):
+        rec = moment.op_record(name)
         if rec is None:
             continue
-        prefix = f"{run}: " if len(moment.info.runs) > 1 else ""
+        prefix = f"{name}: " if len(moment.info.runs) > 1 else ""
         if rec.error:
             said = (rec.error_sentence or rec.error).rstrip(".")
             return f"{prefix}the loop raised {said}, as it would in your program; this run stops here."

@@ -748,7 +748,6 @@ class MainWindow(QMainWindow):
         for view in (*self.panels.values(), self.surface3d):
             if hasattr(view, "set_point_size"):
                 view.set_point_size(self.points)
-        self.code.set_wrap(on)
         self.lesson_panel.set_presenting(on)
         self._fix_narration_height()
         if full_screen:
