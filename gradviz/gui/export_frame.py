@@ -589,9 +589,10 @@ class ExportFrame(QWidget):
             self.state.set_lab(info)  # else the 2-D view's set_lab does
         for view in self.views.values():
             view.set_lab(info)
-        if self.surface is not None:
-            # The plane picker and Recompute are for the window; on a slide the caption names the plane.
-            self.surface.controls.setVisible(False)
+            if hasattr(view, "show_controls"):
+                # Pickers, line checkboxes and Recompute are for the window; a slide shows content
+                # (the caption names the plane, the code's title or legend the runs).
+                view.show_controls(False)
         if "grads" in self.views:
             self.views["grads"].fit_columns()
 

@@ -819,28 +819,6 @@ class MainWindow(QMainWindow):
             self.left.setSizes(share(sum(self.left.sizes()), least, [whole, grads.content_height()]))
             QApplication.processEvents()
         self.code.show_loop()
-        self._show_above_loop()
-
-    def _show_above_loop(self) -> None:
-        """Room the loop leaves shows the lines above it (the model, the optimizer), not blank lines below."""
-        editor, rows = self.code.editor, self.code.loop_rows()
-        if not rows:
-            return
-        doc = editor.document()
-        spare = (self.code.height() - self._code_heights()[0]) // editor.fontMetrics().lineSpacing()
-        above = [max(doc.findBlockByNumber(r).lineCount(), 1) for r in range(rows.start)]
-        while above and above[-1] <= spare:  # whole lines only: a wrapped one is not cut
-            spare -= above.pop()
-        bar = editor.verticalScrollBar()
-        bar.setValue(sum(above))
-        last = doc.findBlockByNumber(rows[-1])
-        seen = editor.viewport().height()
-        # The editor's own line count may differ from the measure by a line: keep the loop's end in view.
-        while bar.value() < bar.maximum() and (
-            editor.blockBoundingGeometry(last).translated(editor.contentOffset()).bottom() > seen
-        ):
-            bar.setValue(bar.value() + 1)
-        editor.ensureCursorVisible()  # the code view's cursor is on the line that runs next: it wins
 
     def _shown_views(self, within: QWidget) -> list[str]:
         """The names of the views shown inside ``within`` (a column, or all of them)."""

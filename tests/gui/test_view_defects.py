@@ -98,7 +98,8 @@ def test_presentation_mode_shows_no_controls_and_leaving_it_brings_them_back(ope
     w.set_presentation(True, full_screen=False)
     qtbot.wait(10)
     assert controls() == [False, False, False], "a lecture shows the code and the surface, not controls"
-    assert "model" in w.code.title.text(), "the run shown is named in the code's title instead"
+    names = w.code.title.text() + w.code.legend.text()
+    assert all(r.name in names for r in w.controller.info.runs), "the runs shown are named instead"
     w.set_presentation(False, full_screen=False)
     qtbot.wait(10)
     assert controls() == [True, True, True]

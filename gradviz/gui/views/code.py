@@ -771,7 +771,8 @@ class CodeView(QWidget):
         return low
 
     def _keep_in_sight(self) -> None:
-        """Scroll only as far as keeps the marked lines (and the optimizer's setup) in view.
+        """Scroll only as far as keeps the whole loop, or where it does not fit the marked lines,
+        in view (with the optimizer's setup where that fits too).
 
         Where the lines that ran and the lines that run next do not fit at once (the
         loop's last line ran, its first runs next), the lines that ran win: they are
@@ -782,9 +783,12 @@ class CodeView(QWidget):
         ran = sorted(set().union(*self._ran_by_run().values()))
         nexts = sorted(set(self._next_by_run().values()))
         every = sorted({*ran, *nexts})
-        rows = next((r for r in (every, ran, nexts) if r and self._fits(r[0], r[-1])), ran or nexts)
-        if not rows:
+        if not every:
             return
+        loop = self.loop_rows()
+        whole = [loop.start, loop.stop - 1] if loop.start <= every[0] and every[-1] < loop.stop else []
+        # The whole loop where it fits (a lecture narrates it line by line), else what is marked.
+        rows = next((r for r in (whole, every, ran, nexts) if r and self._fits(r[0], r[-1])), ran or nexts)
         low, high = rows[0], rows[-1]
         now, setup = self._top_row(), self.setup_row()
         setup_seen = setup is None or now <= setup or not self._fits(setup, high)
@@ -849,6 +853,10 @@ class CodeView(QWidget):
         self.editor.setHorizontalScrollBarPolicy(policy)
 
     def show_loop(self) -> None:
-        """Scroll so the whole loop is in view, with the optimizer's setup above it where that fits."""
+        """Scroll so the whole loop is in view, with the optimizer's setup above it where that fits;
+        where the loop does not fit, so the marked lines are."""
         rows = self.loop_rows()
+        if self.marks and not self._fits(rows.start, rows.stop - 1):
+            self._keep_in_sight()
+            return
         self._scroll_to(self._best_top(rows.start, rows.stop - 1))
