@@ -68,6 +68,7 @@ def _noop(*_: object) -> None:
 def bare_observers(model: nn.Module) -> Iterator[None]:
     """The observers ``gradviz.watch`` installs, each doing nothing but reading its caller."""
     import torch.optim.optimizer as optim
+
     handles = [optim.register_optimizer_step_pre_hook(_noop), optim.register_optimizer_step_post_hook(_noop)]
     handles += [p.register_post_accumulate_grad_hook(_noop) for p in model.parameters()]
     originals = [

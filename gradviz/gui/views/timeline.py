@@ -607,24 +607,24 @@ def log10_or_zero(values: Any) -> np.ndarray:
     return np.where(a == 0, -np.inf, log10_positive(a))
 
 
-def saved_bytes(records: Any) -> np.ndarray:
-    """The bytes each record's op left saved for backward; a gap where the footprint is not known."""
+def _footprint_column(records: Any, field: str) -> np.ndarray:
+    """One field of each record's footprint; a gap where the record has no such figure."""
     out = np.full(len(records), np.nan)
     for j, rec in enumerate(records):
-        foot = getattr(rec, "footprint", None)
-        if foot is not None and foot.saved is not None:
-            out[j] = foot.saved
+        value = getattr(getattr(rec, "footprint", None), field, None)
+        if value is not None:
+            out[j] = value
     return out
+
+
+def saved_bytes(records: Any) -> np.ndarray:
+    """The bytes each record's op left saved for backward; a gap where the footprint is not known."""
+    return _footprint_column(records, "saved")
 
 
 def nodes_walked(records: Any) -> np.ndarray:
     """The autograd nodes each record's ``backward()`` walked; a gap at every other op."""
-    out = np.full(len(records), np.nan)
-    for j, rec in enumerate(records):
-        foot = getattr(rec, "footprint", None)
-        if foot is not None and foot.nodes is not None:
-            out[j] = foot.nodes
-    return out
+    return _footprint_column(records, "nodes")
 
 
 def log_row_range(values: np.ndarray) -> tuple[tuple[float, float] | None, Floor | None]:
