@@ -810,14 +810,16 @@ class MainWindow(QMainWindow):
             self.split.setSizes([left, width - left])
             QApplication.processEvents()  # lines longer than the column wrap: measure them wrapped
         if self.grads.isVisible() and self.code.isVisible():
-            loop, whole = self._code_heights()
             grads = self.grads
             lead = sum(1 for r in grads.shown_rows if r.lead) or sum(
                 1 for r in grads.shown_rows if r.run == grads.shown_rows[0].run
             )
-            least = [loop, grads.content_height(lead)]
-            self.left.setSizes(share(sum(self.left.sizes()), least, [whole, grads.content_height()]))
-            QApplication.processEvents()
+            # Twice: text wrapped anew at the first share's sizes (readouts, code) changes what each needs.
+            for _ in range(2):
+                loop, whole = self._code_heights()
+                least = [loop, grads.content_height(lead)]
+                self.left.setSizes(share(sum(self.left.sizes()), least, [whole, grads.content_height()]))
+                QApplication.processEvents()
         self.code.show_loop()
 
     def _shown_views(self, within: QWidget) -> list[str]:
