@@ -81,16 +81,23 @@ def test_retain_graph_doubles_grad_and_the_step():
     assert step["once"].params["weight"].item() == pytest.approx(1.1)
 
 
-def test_backward_twice_code_shown_is_the_code_run():
-    lab = Lab(load_builtin("backward-twice"))
+def _shown_code_runs_as_the_lab(name: str, fine: tuple[str, ...], failing: str) -> Lab:
+    """Two iterations of built-in ``name``; the code shown for each run, executed, ends where the
+    lab did: the ``fine`` runs at the lab's parameters, ``failing`` with the lab's error."""
+    lab = Lab(load_builtin(name))
     lab.run_iterations(2)
-    for run in ("retain", "once"):
+    for run in fine:
         modules, error = _exec_shown(lab, run, 2)
         assert error is None
         got = _params_of(modules)
         assert all(np.array_equal(got[n], v) for n, v in lab.run(run).current.params.items())
-    _, error = _exec_shown(lab, "no-retain", 2)
-    assert error == lab.run("no-retain").error
+    _, error = _exec_shown(lab, failing, 2)
+    assert error == lab.run(failing).error
+    return lab
+
+
+def test_backward_twice_code_shown_is_the_code_run():
+    lab = _shown_code_runs_as_the_lab("backward-twice", ("retain", "once"), "no-retain")
     source = lab.run("retain").program.source
     assert source.count("loss.backward(retain_graph=True)") == 2
 
@@ -172,15 +179,7 @@ def test_tbptt_without_detach_raises_at_the_second_chunk():
 
 
 def test_tbptt_code_shown_is_the_code_run():
-    lab = Lab(load_builtin("rnn-tbptt"))
-    lab.run_iterations(2)
-    for run in ("detach", "retain"):
-        modules, error = _exec_shown(lab, run, 2)
-        assert error is None
-        got = _params_of(modules)
-        assert all(np.array_equal(got[n], v) for n, v in lab.run(run).current.params.items())
-    _, error = _exec_shown(lab, "keep", 2)
-    assert error == lab.run("keep").error
+    lab = _shown_code_runs_as_the_lab("rnn-tbptt", ("detach", "retain"), "keep")
     assert "hidden = hidden.detach()" in lab.run("detach").program.source
     assert "detach" not in lab.run("keep").program.source
 
