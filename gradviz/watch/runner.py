@@ -71,8 +71,9 @@ def run_script(
 ) -> int:
     """Run ``script`` watched; print its findings; return the exit status.
 
-    Under ``torchrun`` only rank 0 is watched, and says so; the other ranks run the script
-    untouched, print nothing of gradviz's and write no recording.
+    Under ``torchrun`` only rank 0 is watched, and says so; every other rank becomes
+    ``python SCRIPT.py ARGS`` itself (the process is replaced), so it prints nothing of
+    gradviz's, writes no recording and ends exactly as the plain script would.
     """
     from gradviz.watch import distributed_rank, watch, watched_rank
 
@@ -86,7 +87,9 @@ def run_script(
             "the other ranks run unwatched.\n"
         )
         err.flush()
-    watched = watched_rank()
+    if not watched_rank():
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, script, *args])
     argv = [script, *args]
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     folder = os.path.dirname(os.path.abspath(script))
@@ -113,7 +116,7 @@ def run_script(
     if failure is not None:
         _print_traceback(failure, script, err)
     lines: list[str] = []
-    if failure is not None and watched:
+    if failure is not None:
         grad_error = explain_error(failure, rec)
         if grad_error is not None:
             rec.findings.insert(0, grad_error)
@@ -125,7 +128,7 @@ def run_script(
         lines.append(f"gradviz: stopped watching after {seen} updates: {stopped}.")
     for line in lines:
         err.write(f"{one_line(line)}\n")
-    if output is not None and watched:
+    if output is not None:
         rec.save(output)
     err.flush()
     if status == 0 and strict and any(f.severity == "warning" for f in rec.findings):

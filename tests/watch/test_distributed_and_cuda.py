@@ -48,20 +48,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built in")
-def test_torchrun_is_watched_in_rank_0_only(tmp_path: Path) -> None:
-    (tmp_path / "train.py").write_text(DDP_SCRIPT)
+# Gloo's worker threads can abort a process during interpreter teardown, after the script has
+# finished (pytorch/pytorch#179291); that abort, in a rank gradviz hands over to plain Python,
+# gets one more try.
+GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def _watch_under_torchrun(cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     run = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     run += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
-    proc = subprocess.run(
-        [*run, "-m", "gradviz", "watch", "-o", "rec.json", "train.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-    )
+    run += ["-m", "gradviz", "watch", "-o", "rec.json", "train.py"]
+    return subprocess.run(run, cwd=cwd, capture_output=True, text=True, timeout=240, env=env)
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built in")
+def test_torchrun_is_watched_in_rank_0_only(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(DDP_SCRIPT)
+    proc = _watch_under_torchrun(tmp_path)
+    if proc.returncode != 0 and GLOO_TEARDOWN_ABORT in proc.stderr:
+        proc = _watch_under_torchrun(tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert sorted(line for line in proc.stdout.splitlines() if "done" in line) == [
         "rank 0 done",
