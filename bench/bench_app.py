@@ -129,7 +129,7 @@ class Frames:
         if self.on:
             self.starts.append(time.perf_counter() - window.draw_seconds)
             self.costs.append(window.draw_seconds)
-            self.ticks.append(window.controller.tape.last_tick)
+            self.ticks.append(window.controller.history.last_tick)
 
     def painted(self, seconds: float) -> None:
         if self.on and self.costs:
@@ -187,7 +187,7 @@ def _wait_until(done: Callable[[], bool]) -> None:
 
 
 def _has_ops(c: Any, ops: int, idle: bool = False) -> Callable[[], bool]:
-    return lambda: (not idle or not c.busy) and c.tape is not None and c.tape.last_tick >= ops - 1
+    return lambda: (not idle or not c.busy) and c.history is not None and c.history.last_tick >= ops - 1
 
 
 def play(marks: list[int], frames: int, presentation: bool) -> dict[int, Figures]:

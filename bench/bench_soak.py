@@ -42,7 +42,7 @@ def soak(minutes: float, scenario: str) -> None:
     # The most iterations a scenario may have: 4 million ops, more than an hour of Play here.
     c.open(replace(load_scenario(scenario), iterations=1_000_000))
     wait_until_idle(window)
-    if c.tape is None:
+    if c.history is None:
         raise SystemExit(f"bench_soak: {window.last_error}")
     start_mb = resident_mb()
     print(f"soak of {scenario} at full speed, {SIZE[0]}x{SIZE[1]} ({os.environ['QT_QPA_PLATFORM']})")
@@ -51,7 +51,7 @@ def soak(minutes: float, scenario: str) -> None:
     c.set_speed(0)
     c.play()
     rows = []
-    ops_before, frames_before = c.tape.last_tick + 1, window.frames
+    ops_before, frames_before = c.history.last_tick + 1, window.frames
     span = min(60.0, minutes * 60)
     for minute in range(1, max(1, round(minutes)) + 1):
         # The application's own event loop, as in the app: it waits without holding the interpreter.
@@ -60,7 +60,7 @@ def soak(minutes: float, scenario: str) -> None:
         c.playing_changed.connect(loop.quit)
         loop.exec()
         c.playing_changed.disconnect(loop.quit)
-        ops, frames = c.tape.last_tick + 1, window.frames
+        ops, frames = c.history.last_tick + 1, window.frames
         mb = resident_mb()
         row = (ops - ops_before, frames - frames_before, mb)
         rows.append(row)

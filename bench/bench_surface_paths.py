@@ -1,6 +1,6 @@
 """The 2-D surface view drawing a frame after 2,000 and after 50,000 ops: flat with history?
 
-The tape is forgot-zero-grad's real first 2,000 ops laid end to end 25 times, so
+The history is forgot-zero-grad's real first 2,000 ops laid end to end 25 times, so
 a 50,000-op history is built in seconds instead of minutes of stepping; every
 point drawn is a real record's. Printed for each mark: the view's ``draw`` and
 ``draw`` + paint per frame (a full-speed Play frame: the newest op, then a
@@ -30,20 +30,20 @@ def main() -> None:
 
     from gradviz.engine import Lab, load_scenario
     from gradviz.gui.display import application
-    from gradviz.gui.tape import Moment, StepResult, Tape, describe_lab, entries_since
     from gradviz.gui.views.surface import SurfaceView
+    from gradviz.gui.window_history import Moment, StepResult, WindowHistory, describe_lab, entries_since
 
     application()
     lab = Lab(replace(load_scenario("forgot-zero-grad"), iterations=LAP // 4))
     while lab.tick < LAP:
         lab.step()
     info, entries = describe_lab(lab), entries_since(lab, {})
-    tape = Tape(info)
+    history = WindowHistory(info)
     for lap in range(max(MARKS) // LAP):
         shifted = {
             name: tuple(replace(e, tick=e.tick + LAP * lap) for e in run) for name, run in entries.items()
         }
-        tape.extend(StepResult(shifted, (), {}, -2, {}, False))
+        history.extend(StepResult(shifted, (), {}, -2, {}, False))
     view = SurfaceView()
     view.resize(640, 480)
     view.show()
@@ -51,13 +51,13 @@ def main() -> None:
     figures = {}
     print(f"The surface view during Play of forgot-zero-grad, {view.width()}x{view.height()}:")
     for mark in MARKS:
-        view.draw(Moment(info, tape, mark - args.frames - 20))  # the history up to here is projected once
+        view.draw(Moment(info, history, mark - args.frames - 20))  # the history up to here is projected once
         view.plot_widget.grab()
         drawing = 0.0
         start = time.perf_counter()
         for k in range(args.frames):
             began = time.perf_counter()
-            view.draw(Moment(info, tape, mark - args.frames + k))
+            view.draw(Moment(info, history, mark - args.frames + k))
             drawing += time.perf_counter() - began
             view.plot_widget.grab()
         whole = (time.perf_counter() - start) / args.frames

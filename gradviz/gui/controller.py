@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
-from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, StepResult, Tape
+from gradviz.gui.window_history import LabInfo, Moment, PlaneRequest, StepResult, WindowHistory
 from gradviz.gui.worker import LabWorker, SurfaceWorker
 
 if TYPE_CHECKING:
@@ -105,8 +105,8 @@ class Controller(QObject):
         self._play_until: int | None = None
 
         self.info: LabInfo | None = None
-        self.tape: Tape | None = None
-        # A recording replayed: its tape is whole from the start, no lab behind it.
+        self.history: WindowHistory | None = None
+        # A recording replayed: its history is whole from the start, no lab behind it.
         self.replay: Replay | None = None
         self.cursor = -1
         self.generation = 0
@@ -181,7 +181,7 @@ class Controller(QObject):
         self._build.emit(source, self.generation, until, dict(restore or {}))
 
     def open_recording(self, path: str) -> None:
-        """Replay the recording at ``path``: every op is on the tape at once; stepping moves the cursor.
+        """Replay the recording at ``path``: every op is in the history at once; stepping moves the cursor.
 
         A bad recording is one sentence through :attr:`failed`; whatever was open stays.
         """
@@ -198,7 +198,7 @@ class Controller(QObject):
         self.generation += 1
         self._lab_generation = self.generation
         self.replay = replay
-        self.info, self.tape, self.cursor = replay.info, replay.tape, -1
+        self.info, self.history, self.cursor = replay.info, replay.history, -1
         self._set_busy(False)
         self.lab_changed.emit(replay.info)
         self.changed.emit()
@@ -220,7 +220,7 @@ class Controller(QObject):
         self._lab_generation = generation
         self.replay = None
         self.info = info
-        self.tape = Tape(info)
+        self.history = WindowHistory(info)
         self.cursor = -1
         # When the worker steps on to replay the old iteration, the lab stays busy until it is back.
         self._set_busy(self._replaying)
@@ -240,13 +240,13 @@ class Controller(QObject):
     # -------------------------------------------------------------- moving
     def moment(self) -> Moment | None:
         """The moment the views should draw now, or None before a lab is built."""
-        if self.info is None or self.tape is None:
+        if self.info is None or self.history is None:
             return None
-        return Moment(self.info, self.tape, self.cursor, self.playing)
+        return Moment(self.info, self.history, self.cursor, self.playing)
 
     @property
     def at_end(self) -> bool:
-        return self.tape is None or self.cursor >= self.tape.last_tick
+        return self.history is None or self.cursor >= self.history.last_tick
 
     @property
     def last_tick(self) -> int:
@@ -258,12 +258,12 @@ class Controller(QObject):
     @property
     def finished(self) -> bool:
         """True when every op of the scenario's iterations has been performed and shown."""
-        return self.tape is not None and self.at_end and self.tape.last_tick >= self.last_tick
+        return self.history is not None and self.at_end and self.history.last_tick >= self.last_tick
 
     def _can_step_on(self) -> bool:
         """Whether the lab may perform another op: not every run stopped, not past the scenario's end."""
-        assert self.tape is not None
-        return not self.tape.stopped and not self.finished
+        assert self.history is not None
+        return not self.history.stopped and not self.finished
 
     def _move(self, tick: int) -> None:
         if tick != self.cursor:
@@ -279,10 +279,10 @@ class Controller(QObject):
 
     def next_op(self) -> bool:
         """Show the next op: from history after scrubbing back, else perform it. False if busy."""
-        if self.tape is None or self.busy:
+        if self.history is None or self.busy:
             return False
         if not self.at_end:
-            nxt = self.tape.next_op_tick(self.cursor)
+            nxt = self.history.next_op_tick(self.cursor)
             if nxt is not None:
                 self._move(nxt)
             return True
@@ -293,14 +293,14 @@ class Controller(QObject):
 
     def next_iteration(self) -> bool:
         """Show or perform ops up to the end of the current iteration."""
-        if self.tape is None or self.info is None or self.busy:
+        if self.history is None or self.info is None or self.busy:
             return False
         tpi = self.info.ticks_per_iteration
         end = min(((self.cursor + 1) // tpi + 1) * tpi - 1, self.last_tick)
-        if self.tape.last_tick >= end:
-            self._move(self.tape.snap(end))
+        if self.history.last_tick >= end:
+            self._move(self.history.snap(end))
             return True
-        self._move(self.tape.last_tick)
+        self._move(self.history.last_tick)
         if not self._can_step_on():
             return False
         self._submit(end)
@@ -308,16 +308,16 @@ class Controller(QObject):
 
     def prev_op(self) -> bool:
         """Go back one op (history stays; stepping on shows it again)."""
-        if self.tape is None or self.busy or self.cursor < 0:
+        if self.history is None or self.busy or self.cursor < 0:
             return False
-        self._move(self.tape.prev_op_tick(self.cursor))
+        self._move(self.history.prev_op_tick(self.cursor))
         return True
 
     def seek(self, tick: float) -> None:
         """Show the moment just after the op at (or before) ``tick``."""
-        if self.tape is None:
+        if self.history is None:
             return
-        self._move(self.tape.snap(min(tick, self.tape.last_tick)))
+        self._move(self.history.snap(min(tick, self.history.last_tick)))
 
     def reset(self) -> None:
         """Back to the start: same weights, same batches; the history is forgotten."""
@@ -331,9 +331,9 @@ class Controller(QObject):
         self._reset.emit(self.generation)
 
     def _on_reset(self, generation: int) -> None:
-        if generation != self.generation or self.tape is None:
+        if generation != self.generation or self.history is None:
             return
-        self.tape.clear()
+        self.history.clear()
         self.cursor = -1
         self._set_busy(False)
         self.changed.emit()
@@ -343,10 +343,10 @@ class Controller(QObject):
         self._step.emit(until_tick, self.generation, budget)
 
     def _on_stepped(self, result: StepResult, generation: int) -> None:
-        if generation != self.generation or self.tape is None:
+        if generation != self.generation or self.history is None:
             return
-        self.tape.extend(result)
-        self.cursor = self.tape.last_tick
+        self.history.extend(result)
+        self.cursor = self.history.last_tick
         self._set_busy(False)
         self._stop_where_asked()
         self.changed.emit()
@@ -384,20 +384,20 @@ class Controller(QObject):
 
     # ----------------------------------------------------------------- fetch
     def _fetch_missing(self) -> None:
-        if self.tape is None or self._fetching:
+        if self.history is None or self._fetching:
             return
-        if self.playing and not self.tape.info.full_records:
+        if self.playing and not self.history.info.full_records:
             return  # rebuilding every op of a large model would hold Play back
-        keys = self.tape.missing(self.cursor)
+        keys = self.history.missing(self.cursor)
         if keys:
             self._fetching = True
             self._fetch.emit(keys, self.generation)
 
     def _on_fetched(self, records: dict[Any, Any], generation: int) -> None:
         self._fetching = False
-        if generation != self.generation or self.tape is None:
+        if generation != self.generation or self.history is None:
             return
-        self.tape.add_fetched(records)
+        self.history.add_fetched(records)
         self.changed.emit()
 
     # ------------------------------------------------------------------ play
@@ -407,9 +407,9 @@ class Controller(QObject):
 
     def play(self) -> None:
         """Step on by itself until paused, or until every run stopped, or the scenario's length."""
-        if self.playing or self.info is None or self.tape is None:
+        if self.playing or self.info is None or self.history is None:
             return
-        if self.finished or (self.at_end and self.tape.stopped):
+        if self.finished or (self.at_end and self.history.stopped):
             return
         self.playing = True
         self.playing_changed.emit(True)
@@ -419,7 +419,7 @@ class Controller(QObject):
 
     def play_until(self, tick: int) -> None:
         """Play (at the set speed) until the moment after ``tick``; a lesson moves between stops so."""
-        if self.tape is None or self.cursor >= tick:
+        if self.history is None or self.cursor >= tick:
             return
         self._play_until = tick
         self.play()
@@ -456,14 +456,14 @@ class Controller(QObject):
         self._play_timer.start(int(wait * 1000))
 
     def _play_next(self) -> None:
-        if not self.playing or self.tape is None:
+        if not self.playing or self.history is None:
             return
         if self.finished or (self._play_until is not None and self.cursor >= self._play_until):
             self.pause()
             return
         self._last_play_step = time.perf_counter()
         if not self.at_end:
-            nxt = self.tape.next_op_tick(self.cursor)
+            nxt = self.history.next_op_tick(self.cursor)
             if nxt is not None:
                 self._move(nxt)
             self._schedule_play()

@@ -54,7 +54,6 @@ from gradviz.gui.layout import (
 )
 from gradviz.gui.narration import narrate
 from gradviz.gui.surface_state import SurfaceState
-from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, PlaneSurface, code_lab
 from gradviz.gui.theme import (
     BASE_POINT_SIZE,
     OP_COLORS,
@@ -67,6 +66,7 @@ from gradviz.gui.theme import (
 )
 from gradviz.gui.views.surface import SurfaceView
 from gradviz.gui.widgets import fix_lines
+from gradviz.gui.window_history import LabInfo, Moment, PlaneRequest, PlaneSurface, code_lab
 
 if TYPE_CHECKING:
     from gradviz.gui.views.surface3d import Surface3DView
@@ -760,11 +760,11 @@ class ExportFrame(QWidget):
 
     def _narration(self, moment: Moment, run: str | None) -> str:
         """:func:`caption_text` of ``moment``, made once for the frame measured and then rendered."""
-        key = (moment.tick, moment.tape.last_tick, moment.hide_future, run)
+        key = (moment.tick, moment.history.last_tick, moment.hide_future, run)
         text = self._captions.get(key)
         if text is None:
             text = caption_text(moment, run)
-            if not moment.tape.missing(moment.tick):  # a record still being rebuilt changes it
+            if not moment.history.missing(moment.tick):  # a record still being rebuilt changes it
                 self._captions[key] = text
         return text
 

@@ -174,10 +174,10 @@ class ExportJob:
             for i, placed in enumerate(stops):
                 if placed.stop.questions and placed.tick <= renderer.last_tick:
                     yield from renderer.reveals(i)
-            tape = renderer.controller.tape
-            assert tape is not None
+            history = renderer.controller.history
+            assert history is not None
             reached = [p for p in stops if p.tick <= renderer.last_tick]
-            shots = lesson_shots(reached, tape.snap, renderer.revealed, self.fps)
+            shots = lesson_shots(reached, history.snap, renderer.revealed, self.fps)
         else:
             plan = plan_frames(
                 renderer.ticks_per_iteration,

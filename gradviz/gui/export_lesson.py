@@ -155,7 +155,7 @@ def lesson_shots(
     stops:
         The lesson's stops on the lab's ticks (``LabInfo.stops``).
     snap:
-        The tick of the last op at or before a tick (``Tape.snap``): one frame per op played.
+        The tick of the last op at or before a tick (``WindowHistory.snap``): one frame per op played.
     reveals:
         The reveals of stop ``i``'s questions, computed from the real run.
     fps:

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import QApplication
 
 from gradviz.gui.export_frame import ExportFrame, FrameStyle, run_inline
 from gradviz.gui.layout import SURFACES, position_text, views_for
-from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, PlaneSurface
+from gradviz.gui.window_history import LabInfo, Moment, PlaneRequest, PlaneSurface
 from gradviz.gui.worker import plane_kinds
 
 if TYPE_CHECKING:
@@ -212,8 +212,8 @@ class FrameRenderer:
     @property
     def last_tick(self) -> int:
         """The last op performed (-1 before the first)."""
-        tape = self.controller.tape
-        return -1 if tape is None else tape.last_tick
+        history = self.controller.history
+        return -1 if history is None else history.last_tick
 
     def reveals(self, stop: int) -> Generator[None, None, None]:
         """Compute the reveals of lesson stop ``stop`` (no answers given) from the lab's records."""
@@ -377,14 +377,14 @@ class FrameRenderer:
                 frame.on_plane_request(self._widen)
         where = self.info.position or (lambda tick: position_text(tick, self.ticks_per_iteration))
         frame.reserve_counter(where(ticks[-1]))
-        tape = self.controller.tape
-        assert tape is not None
+        history = self.controller.history
+        assert history is not None
         end = self.controller.cursor
-        shown = sorted({tape.snap(t) for t in ticks if t <= end} or {-1})
+        shown = sorted({history.snap(t) for t in ticks if t <= end} or {-1})
         if len(shown) > RESERVE_SAMPLES:
             step = len(shown) / RESERVE_SAMPLES
             shown = [shown[int(i * step)] for i in range(RESERVE_SAMPLES)] + [shown[-1]]
-        moments = [Moment(self.info, tape, t, hide_future=True) for t in shown]
+        moments = [Moment(self.info, history, t, hide_future=True) for t in shown]
         yield from frame.prepare(moments, moments[-1])
         # A wider plane asked for on the way (on the worker threads) is in place before the first frame.
         yield from self._plane_done()
@@ -414,10 +414,10 @@ class FrameRenderer:
         """Move to the moment after the op at (or before) ``tick``, from the ops already performed."""
         c = self.controller
         c.seek(tick)
-        tape = c.tape
-        assert tape is not None
+        history = c.history
+        assert history is not None
         # A large model keeps full records for few ops: the lab thread rebuilds the others.
-        while tape.missing(c.cursor) and not self._errors:
+        while history.missing(c.cursor) and not self._errors:
             yield
 
     def render(self, card: str = "", caption: str | None = None, reads: Iterable[str] = ()) -> np.ndarray:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gradviz.gui import fmt
-from gradviz.gui.tape import Moment
+from gradviz.gui.window_history import Moment
 
 OP_CALLS = {"forward": "forward", "backward": "backward()", "step": "step()", "zero_grad": "zero_grad()"}
 

@@ -61,7 +61,7 @@ class RunPath:
         return self._n
 
     def clear(self) -> None:
-        """Forget every point (a new plane, or a tape that went back)."""
+        """Forget every point (a new plane, or a history that went back)."""
         self._n = 0
         self.op_points = []
         self._reset_cells(None)

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gradviz.gui.surface_path import RunPath, cell_size
-from gradviz.gui.tape import PlaneRequest
+from gradviz.gui.window_history import PlaneRequest
 
 if TYPE_CHECKING:
     from gradviz.engine.surface import SurfaceModel
-    from gradviz.gui.tape import LabInfo, Moment, PlaneSurface
+    from gradviz.gui.window_history import LabInfo, Moment, PlaneSurface
 
 Extent = tuple[tuple[float, float], tuple[float, float]]
 
@@ -314,16 +314,16 @@ class SurfaceState:
         """The run's points up to this moment: the start, then one per step (a view of what is kept)."""
         assert self.info is not None
         run = self._runs[index]
-        rt = moment.tape.runs[name]
+        rt = moment.history.runs[name]
         upto = rt.index_at(moment.tick)
-        if len(run.op_points) > len(rt):  # the tape was reset
+        if len(run.op_points) > len(rt):  # the history was reset
             run.clear()
         if not len(run):
             start = self.info.initial[name]
             run.extend(*self.points([start.param_flat], [start.params]))
         flats, dicts = [], []
         for i in range(len(run.op_points), len(rt)):
-            rec = moment.tape.record(name, i)
+            rec = moment.history.record(name, i)
             if rt.ops[i] == "step" and rec is not None:
                 flats.append(rec.snapshot.param_flat)
                 dicts.append(rec.params)

@@ -1,7 +1,7 @@
 """The main window: scenario bar, narration, code, surface, .grad inspector and timeline.
 
-The window holds no lab state: the controller owns the cursor and the tape,
-and every redraw draws one :class:`~gradviz.gui.tape.Moment` in every visible
+The window holds no lab state: the controller owns the cursor and the history,
+and every redraw draws one :class:`~gradviz.gui.window_history.Moment` in every visible
 view. Redraws are coalesced on a timer and never come faster than the screen
 shows them, whatever the speed: each frame draws the newest moment, however many
 ops arrived since the last one.
@@ -51,7 +51,6 @@ from gradviz.gui.layout import (
 from gradviz.gui.lesson_panel import LessonPanel, LessonRunner
 from gradviz.gui.narration import narrate
 from gradviz.gui.settings import read_list, settings
-from gradviz.gui.tape import LabInfo, code_lab
 from gradviz.gui.theme import (
     BASE_POINT_SIZE,
     Theme,
@@ -69,6 +68,7 @@ from gradviz.gui.views.surface import SurfaceView
 from gradviz.gui.views.surface3d import Surface3DView
 from gradviz.gui.views.timeline import TimelineView
 from gradviz.gui.widgets import fix_lines
+from gradviz.gui.window_history import LabInfo, code_lab
 
 DEFAULT_SCENARIO = "forgot-zero-grad"
 SCREEN_HZ = 60.0  # where a screen does not say its refresh rate
@@ -585,7 +585,7 @@ class MainWindow(QMainWindow):
 
     def _scrub(self, x: float) -> None:
         self.controller.pause()
-        # Tick t occupies [t, t + 1) on the timeline (its tape cell; its points sit at t + 0.5).
+        # Tick t occupies [t, t + 1) on the timeline (its cell of the op tape; its points sit at t + 0.5).
         self.controller.seek(x)
 
     def _on_playing(self, playing: bool) -> None:
@@ -666,8 +666,8 @@ class MainWindow(QMainWindow):
         parts = [position_text(moment.tick, info.ticks_per_iteration, info.scenario.iterations)]
         if c.replay is not None:
             parts = [c.replay.position(moment.tick)]
-        if c.tape is not None and moment.tick < c.tape.last_tick:
-            parts.append(f"history: {c.tape.last_tick + 1} ops (→ replays them)")
+        if c.history is not None and moment.tick < c.history.last_tick:
+            parts.append(f"history: {c.history.last_tick + 1} ops (→ replays them)")
         elif c.finished:
             parts.append(
                 f"the {'recording' if c.replay is not None else 'scenario'}'s last op: R starts again"

@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from PySide6.QtCore import QObject, Signal, Slot
 
-from gradviz.gui.tape import LabInfo, PlaneRequest, PlaneSurface, StepResult, describe_lab, entries_since
+from gradviz.gui.window_history import (
+    LabInfo,
+    PlaneRequest,
+    PlaneSurface,
+    StepResult,
+    describe_lab,
+    entries_since,
+)
 
 if TYPE_CHECKING:
     from gradviz.engine.lab import Lab

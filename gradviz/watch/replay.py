@@ -1,7 +1,7 @@
-"""A recording replayed in the window's views: what a watch saw, as a ``LabInfo`` and a full ``Tape``.
+"""A recording replayed in the window's views: what a watch saw, as a ``LabInfo`` and a ``WindowHistory``.
 
 No lab and no model: every op of the recording is one tick of one run (named after the
-user's script), already on the tape, so stepping and seeking only move the cursor. The
+user's script), already on the history, so stepping and seeking only move the cursor. The
 code panel shows the user's own file; the .grad inspector, optimizer state and timeline
 read records rebuilt from the recording's numbers:
 
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gradviz.engine.errors import UserError, quoted
-from gradviz.gui.tape import Entry, LabInfo, PlaneSurface, RunInfo, StepResult, Tape
+from gradviz.gui.window_history import Entry, LabInfo, PlaneSurface, RunInfo, StepResult, WindowHistory
 from gradviz.watch.findings import Finding, shown_path
 from gradviz.watch.recording import Recording, load_recording
 
@@ -87,7 +87,7 @@ class Replay:
     """A recording as the window draws it."""
 
     info: LabInfo
-    tape: Tape
+    history: WindowHistory
     findings: tuple[LinkedFinding, ...]
     file: str  # the user's file the code panel shows
     path: tuple[np.ndarray, ...]  # flat parameters at the start and after each update (whole ones only)
@@ -254,13 +254,13 @@ def replay_of(rec: Recording, where: str = "") -> Replay:
     for other, (text, other_note) in files.items():
         shown = replace(run_info, source=text, note=other_note)
         shown_in[other] = info if other == file else replace(info, runs=(shown,))
-    tape = Tape(info)
-    tape.extend(StepResult({run: tuple(entries)}, (), {run: None}, -2, {}, True))
+    history = WindowHistory(info)
+    history.extend(StepResult({run: tuple(entries)}, (), {run: None}, -2, {}, True))
     linked = tuple(LinkedFinding(f, _tick_of(f, events)) for f in rec.findings)
     path: tuple[np.ndarray, ...] = ()
     if params:
         path = (initial_flat, *(r.snapshot.param_flat for r in records if r.op == "step"))
-    return Replay(info, tape, linked, file, path, sampled, n_updates, where)
+    return Replay(info, history, linked, file, path, sampled, n_updates, where)
 
 
 def path_surface(replay: Replay) -> PlaneSurface:
@@ -274,7 +274,7 @@ def path_surface(replay: Replay) -> PlaneSurface:
     path = np.stack(replay.path)
     if not np.isfinite(path).all():
         raise UserError(f"{NO_SURFACE} Nor is there a path: some values were not recorded at every update.")
-    layout = replay.tape.runs[replay.run].records[0]
+    layout = replay.history.runs[replay.run].records[0]
     assert layout is not None
     try:
         plane = pca_plane(path, layout.snapshot.layout)

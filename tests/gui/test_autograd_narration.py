@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from gradviz.engine import Lab, load_scenario
 from gradviz.gui.narration import narrate
-from gradviz.gui.tape import Entry, Moment, StepResult, Tape, describe_lab
 from gradviz.gui.views.grads import readout_text
+from gradviz.gui.window_history import Entry, Moment, StepResult, WindowHistory, describe_lab
 
 
 def _moment(name: str, ticks: int) -> Moment:
     lab = Lab(load_scenario(name))
     info = describe_lab(lab)
-    tape = Tape(info)
+    history = WindowHistory(info)
     for _ in range(ticks):
         lab.step()
     entries = {}
@@ -22,8 +22,8 @@ def _moment(name: str, ticks: int) -> Moment:
                   "running", h.records[i])
             for i in range(len(h))
         )  # fmt: skip
-    tape.extend(StepResult(entries, (), {}, -2, {}, False))
-    return Moment(info, tape, tape.last_tick)
+    history.extend(StepResult(entries, (), {}, -2, {}, False))
+    return Moment(info, history, history.last_tick)
 
 
 def test_a_second_backward_is_narrated_with_pytorchs_first_sentence():

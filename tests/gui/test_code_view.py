@@ -9,9 +9,9 @@ from gui_helpers import colour_near
 from PySide6.QtCore import QPoint, QRect
 
 from gradviz.engine import Lab, builtin_names, load_builtin
-from gradviz.gui.tape import describe_lab
 from gradviz.gui.theme import DARK, LIGHT, run_color
 from gradviz.gui.views.code import display_lines, merged_lines
+from gradviz.gui.window_history import describe_lab
 
 DIFFERING = [
     name for name in builtin_names() if len({r.program.source for r in Lab(load_builtin(name)).runs}) > 1

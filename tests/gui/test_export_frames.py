@@ -191,8 +191,8 @@ def test_the_timeline_of_the_first_frame_ends_at_its_tick(qapp, scenario: str) -
             next(frames)
             timeline = r.frame.views["timeline"]
             assert r.controller.cursor == tick
-            # The lab was stepped to the end beforehand: the tape holds the whole run.
-            assert r.controller.tape.last_tick >= plan.ticks()[-1]
+            # The lab was stepped to the end beforehand: the history holds the whole run.
+            assert r.controller.history.last_tick >= plan.ticks()[-1]
             for key, curves in timeline.curves.items():
                 for curve in curves:
                     x, _ = curve.getData()

@@ -97,12 +97,12 @@ def test_the_traversal_is_pytorch_s_execution_order(window):
 def test_accumulate_grad_shows_the_addition_the_ledger_shows(window):
     w = window("two-batch-accumulation")
     step(w, 5)  # zero_grad, forward, backward, forward, backward
-    tape = w.controller.tape
-    rt = tape.runs["yours"]
+    history = w.controller.history
+    rt = history.runs["yours"]
     i = rt.index_at(w.controller.cursor)
-    before = float(tape.record("yours", i - 1).grads["weight"].item())
-    after = float(tape.record("yours", i).grads["weight"].item())
-    added = float(tape.record("yours", i).fresh_grads["weight"].item())
+    before = float(history.record("yours", i - 1).grads["weight"].item())
+    after = float(history.record("yours", i).grads["weight"].item())
+    added = float(history.record("yours", i).fresh_grads["weight"].item())
     assert (before, added, after) == (-16.0, -4.0, -20.0)
     assert ".grad: -16 + -4 = -20" in texts(w)
 
@@ -169,11 +169,11 @@ def test_capture_only_while_the_view_is_shown(window):
     lab = w.controller.worker.lab
     assert all(r.graph_observer is None for r in lab.runs)
     step(w, 3)
-    assert all(g is None for g in w.controller.tape.runs["yours"].graphs)
+    assert all(g is None for g in w.controller.history.runs["yours"].graphs)
     w.show_panel("graph", True)
     assert all(r.graph_observer is not None for r in lab.runs)
     step(w, 3)  # step, the reference's zero_grad, then the next forward: captured
-    assert w.controller.tape.runs["yours"].graphs[-1] is not None
+    assert w.controller.history.runs["yours"].graphs[-1] is not None
     w.show_panel("graph", False)
     assert all(r.graph_observer is None for r in lab.runs)
 

@@ -58,7 +58,7 @@ def test_a_number_question_waits_before_its_op_and_the_reveal_shows_pytorchs_num
     qtbot.waitUntil(lambda: w.controller.cursor == stops[0].tick - 1, timeout=10000)
     assert w.lesson.asking and not w.lesson_panel.questions[0].result.isVisible()
     # The history recorded past this moment stays hidden while the room predicts it.
-    assert w.controller.tape.last_tick > w.controller.cursor and stops[0].stop.hide_future
+    assert w.controller.history.last_tick > w.controller.cursor and stops[0].stop.hide_future
     w.redraw()
     xs, _ = w.timeline.curves["loss"][0].getData()
     assert xs is None or len(xs) == 0 or max(xs) <= w.controller.cursor + 1

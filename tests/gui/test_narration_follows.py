@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from gradviz.engine import Lab, load_scenario
 from gradviz.gui.narration import narrate, narrated_runs
-from gradviz.gui.tape import Moment, StepResult, Tape, describe_lab, entries_since
+from gradviz.gui.window_history import Moment, StepResult, WindowHistory, describe_lab, entries_since
 
 
 def _at_stop(name: str, stop: int) -> Moment:
     """The moment just after the op of the scenario's ``stop``-th lesson stop (from 0)."""
     lab = Lab(load_scenario(name))
     info = describe_lab(lab)
-    tape = Tape(info)
+    history = WindowHistory(info)
     while lab.tick <= info.stops[stop].tick:
         lab.step()
-    tape.extend(StepResult(entries_since(lab, {}), (), {}, -2, {}, False))
-    return Moment(info, tape, info.stops[stop].tick)
+    history.extend(StepResult(entries_since(lab, {}), (), {}, -2, {}, False))
+    return Moment(info, history, info.stops[stop].tick)
 
 
 def test_at_rnn_tbptt_s_second_stop_the_narration_tells_of_the_run_that_raised() -> None:
@@ -37,6 +37,6 @@ def test_a_stop_s_question_names_the_run_narrated() -> None:
 
 def test_without_a_stop_the_lesson_s_leading_run_is_narrated() -> None:
     moment = _at_stop("backward-twice", 0)
-    later = Moment(moment.info, moment.tape, moment.tick - 1)  # the forward: no stop there
+    later = Moment(moment.info, moment.history, moment.tick - 1)  # the forward: no stop there
     assert narrated_runs(later)[:2] == ["no-retain", "retain"]
     assert narrate(later).startswith("no-retain: the forward pass computed loss"), narrate(later)

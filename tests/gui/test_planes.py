@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from gui_helpers import settle
 
-from gradviz.gui.tape import PlaneRequest
+from gradviz.gui.window_history import PlaneRequest
 from tests.engine.helpers import mlp_over_a_plane
 
 

@@ -102,10 +102,10 @@ def test_the_timeline_draws_every_op_of_a_short_play(open_window, qtbot) -> None
     c.set_speed(0)
     c.play_until(299)  # fewer ops than a curve has buckets
     qtbot.waitUntil(lambda: not c.playing and not c.busy, timeout=30000)
-    assert c.tape.last_tick == 299
+    assert c.history.last_tick == 299
     w.redraw()
     for i, run in enumerate(c.info.runs):
-        rt = c.tape.runs[run.name]
+        rt = c.history.runs[run.name]
         x, y = w.timeline.curves["loss"][i].getData()
         assert np.array_equal(x, np.asarray(rt.ticks, dtype=np.float64) + 0.5)
         assert np.array_equal(y, log10_positive(rt.loss), equal_nan=True)
@@ -117,7 +117,7 @@ def _play_for(qtbot, window, seconds: float, speed: int | None) -> list[tuple[in
     frames: list[tuple[int, int]] = []
 
     def drawn() -> None:
-        frames.append((c.cursor, c.tape.last_tick))
+        frames.append((c.cursor, c.history.last_tick))
 
     window.frame_drawn.connect(drawn)
     # Redraws asked for far more often than the screen could show them.

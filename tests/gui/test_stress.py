@@ -16,7 +16,7 @@ def test_surface_view_redraws_thousands_of_times(open_window, qtbot) -> None:
     for _ in range(10):
         press(qtbot, w, Qt.Key.Key_Right, modifier=Qt.KeyboardModifier.ShiftModifier)
     c = w.controller
-    ticks = list(c.tape.op_ticks)
+    ticks = list(c.history.op_ticks)
     rng = np.random.default_rng(0)
     for i in range(REDRAWS):
         c.seek(int(rng.choice(ticks)))

@@ -113,30 +113,30 @@ def test_a_diverged_end_breaks_the_line_and_the_last_sane_point_is_the_current_o
 
 
 # ------------------------------------------------------------- the window's view
-def _long_tape(ops: int):
-    """The tape of forgot-zero-grad's real first 2,000 ops, laid end to end up to ``ops`` ticks."""
+def _long_history(ops: int):
+    """The history of forgot-zero-grad's real first 2,000 ops, laid end to end up to ``ops`` ticks."""
     from gradviz.engine import Lab, load_scenario
-    from gradviz.gui.tape import StepResult, Tape, describe_lab, entries_since
+    from gradviz.gui.window_history import StepResult, WindowHistory, describe_lab, entries_since
 
     lab = Lab(replace(load_scenario("forgot-zero-grad"), iterations=500))
     while lab.tick < 2_000:
         lab.step()
     info = replace(describe_lab(lab), recent=None)  # every record kept: the path has every step
     entries = entries_since(lab, {})
-    tape = Tape(info)
+    history = WindowHistory(info)
     for lap in range(ops // 2_000):
         shifted = {
             name: tuple(replace(e, tick=e.tick + 2_000 * lap) for e in run) for name, run in entries.items()
         }
-        tape.extend(StepResult(shifted, (), {}, -2, {}, False))
-    return info, tape
+        history.extend(StepResult(shifted, (), {}, -2, {}, False))
+    return info, history
 
 
 def test_the_surface_view_draws_no_more_points_after_50_000_ops_than_after_2_000(qtbot) -> None:
-    from gradviz.gui.tape import Moment
     from gradviz.gui.views.surface import SurfaceView
+    from gradviz.gui.window_history import Moment
 
-    info, tape = _long_tape(50_000)
+    info, history = _long_history(50_000)
     view = SurfaceView()
     qtbot.addWidget(view)
     view.resize(700, 500)
@@ -144,14 +144,14 @@ def test_the_surface_view_draws_no_more_points_after_50_000_ops_than_after_2_000
     view.set_lab(info)
     drawn = []
     for tick in (1_999, 49_999, 1_999):
-        view.draw(Moment(info, tape, tick))
+        view.draw(Moment(info, history, tick))
         drawn.append([items.path.getData()[0] for items in view.items])
-        paths = view.paths(Moment(info, tape, tick))
+        paths = view.paths(Moment(info, history, tick))
         for items, path in zip(view.items, paths, strict=True):
             x, y = items.path.getData()
             # The newest point drawn is the run's newest, exactly.
             assert (x[-1], y[-1]) == pytest.approx(tuple(view.state.clip(path[-1:])[0]))
-    steps = [len(p) for p in view.paths(Moment(info, tape, 49_999))]
+    steps = [len(p) for p in view.paths(Moment(info, history, 49_999))]
     assert min(steps) >= 12_000, "every step of 50,000 ops is on the path"
     for short, long, back in zip(*drawn, strict=True):
         assert len(long) <= 2 * len(short) + EXACT_TAIL
@@ -170,12 +170,12 @@ def test_the_3d_markers_of_runs_at_one_point_nest_the_first_largest() -> None:
 def test_the_3d_view_draws_a_long_path_thinned_with_its_newest_point_exact(qtbot) -> None:
     from gradviz.gui.display import gl_unavailable
     from gradviz.gui.surface_state import SurfaceState
-    from gradviz.gui.tape import Moment
     from gradviz.gui.views.surface3d import Surface3DView
+    from gradviz.gui.window_history import Moment
 
     if gl_unavailable() is not None:
         pytest.skip(gl_unavailable())
-    info, tape = _long_tape(50_000)
+    info, history = _long_history(50_000)
     state = SurfaceState()
     view = Surface3DView(state)
     qtbot.addWidget(view)
@@ -186,7 +186,7 @@ def test_the_3d_view_draws_a_long_path_thinned_with_its_newest_point_exact(qtbot
     view.set_lab(info)
     counts = {}
     for tick in (1_999, 49_999):
-        moment = Moment(info, tape, tick)
+        moment = Moment(info, history, tick)
         view.draw(moment)
         counts[tick] = [len(path.pos) for path in view.paths]
         for i, path in enumerate(state.paths(moment)):

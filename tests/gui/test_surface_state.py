@@ -50,7 +50,7 @@ def test_a_square_extent_holds_the_wanted_one_at_the_plot_s_proportions() -> Non
 
 def _model_state(name: str) -> SurfaceState:
     from gradviz.engine import Lab, load_scenario
-    from gradviz.gui.tape import describe_lab
+    from gradviz.gui.window_history import describe_lab
 
     state = SurfaceState()
     state.set_lab(describe_lab(Lab(load_scenario(name))))
@@ -158,8 +158,8 @@ def test_the_window_s_true_surface_has_equal_units_and_the_shading_fills_the_plo
 
 def test_the_3d_view_reads_the_state_alone(qtbot) -> None:
     from gradviz.engine import Lab, load_scenario
-    from gradviz.gui.tape import describe_lab
     from gradviz.gui.views.surface3d import Surface3DView
+    from gradviz.gui.window_history import describe_lab
 
     state = SurfaceState()
     view = Surface3DView(state)

@@ -32,7 +32,7 @@ def test_a_zero_gradient_is_drawn_on_a_floor_labelled_0(open_window, qtbot) -> N
     tl = w.timeline
     floor = tl.floors["grad"]
     assert floor is not None, "a row with a zero draws its floor band"
-    rt = w.controller.tape.runs[w.controller.info.runs[0].name]
+    rt = w.controller.history.runs[w.controller.info.runs[0].name]
     assert rt.grad_norm[0] == 0 and rt.grad_norm[2] > 0
     _, y = tl.curves["grad"][0].getData()
     assert y[0] == pytest.approx(floor.level), "the zero is drawn, on the floor"
@@ -52,18 +52,18 @@ def test_a_row_without_zeros_has_no_floor(open_window, qtbot) -> None:
 
 
 def test_an_export_keeps_the_floor_where_the_whole_range_put_it(open_window, qtbot) -> None:
-    from gradviz.gui.tape import Moment
     from gradviz.gui.views.timeline import floor_below
+    from gradviz.gui.window_history import Moment
 
     w = open_window("set-to-none")
     _step(qtbot, w, 12)
     tl, c = w.timeline, w.controller
-    last = Moment(c.info, c.tape, c.tape.last_tick, hide_future=True)
+    last = Moment(c.info, c.history, c.history.last_tick, hide_future=True)
     ranges = tl.ranges_for(last)
     tl.fix_ranges(ranges)
     floors = []
-    for tick in (0, 3, c.tape.last_tick):
-        tl.draw(Moment(c.info, c.tape, tick, hide_future=True))
+    for tick in (0, 3, c.history.last_tick):
+        tl.draw(Moment(c.info, c.history, tick, hide_future=True))
         floors.append(tl.floors["grad"])
     assert floors == [floor_below(*ranges["grad:zero"])] * 3, "frames do not move the floor"
 
@@ -137,10 +137,10 @@ def test_the_peak_saved_for_backward_stays_in_view_after_the_step(open_window, q
     assert tl.plots["saved"].isVisible()
     peaks = {}
     for i, run in enumerate(c.info.runs):
-        rt = c.tape.runs[run.name]
-        forwards = [c.tape.record(run.name, j) for j, op in enumerate(rt.ops) if op == "forward"]
+        rt = c.history.runs[run.name]
+        forwards = [c.history.record(run.name, j) for j, op in enumerate(rt.ops) if op == "forward"]
         peaks[run.name] = max(rec.footprint.saved for rec in forwards)
-        last = c.tape.record(run.name, len(rt) - 1)
+        last = c.history.record(run.name, len(rt) - 1)
         assert last.op == "step" and last.footprint.saved == 0, "after the step autograd holds nothing"
         _, y = tl.curves["saved"][i].getData()
         assert np.nanmax(y) == peaks[run.name]
@@ -168,7 +168,7 @@ def test_each_op_on_the_tape_carries_its_letter(open_window, qtbot) -> None:
     _step(qtbot, w, 4)
     points = w.timeline.tape_letters.points()
     order = sorted(points, key=lambda p: p.pos().x())
-    rt = w.controller.tape.runs["yours"]
+    rt = w.controller.history.runs["yours"]
     assert [p.pos().x() for p in order] == [t + 0.5 for t in rt.ticks]
     assert [p.symbol() for p in order] == [letter_symbol(OP_LETTERS[op]) for op in rt.ops]
     assert [OP_LETTERS[op] for op in rt.ops] == ["Z", "F", "B", "S"]
@@ -208,8 +208,8 @@ def test_the_nodes_each_backward_walked_show_the_graph_growing_without_detach(op
     assert tl.plots["nodes"].isVisible()
     walked = {}
     for i, run in enumerate(c.info.runs):
-        rt = c.tape.runs[run.name]
-        backs = [c.tape.record(run.name, j) for j, op in enumerate(rt.ops) if op == "backward"]
+        rt = c.history.runs[run.name]
+        backs = [c.history.record(run.name, j) for j, op in enumerate(rt.ops) if op == "backward"]
         walked[run.name] = [rec.footprint.nodes for rec in backs]
         _, y = tl.curves["nodes"][i].getData()
         assert list(y[np.isfinite(y)]) == walked[run.name], "one marker per backward(), at its count"

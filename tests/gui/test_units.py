@@ -1,4 +1,4 @@
-"""Qt-free parts of the GUI: number formatting, edits of scenarios, narration, the tape."""
+"""Qt-free parts of the GUI: number formatting, edits of scenarios, narration, the history."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 from gradviz.engine import Lab, load_scenario
 from gradviz.gui import edits, fmt
 from gradviz.gui.narration import narrate
-from gradviz.gui.tape import Moment, StepResult, Tape, describe_lab, entries_since
+from gradviz.gui.window_history import Moment, StepResult, WindowHistory, describe_lab, entries_since
 from gradviz.gui.worker import validated
 
 
@@ -41,11 +41,11 @@ def test_edits_round_trip_through_validation() -> None:
 def _lab_moment(name: str, ticks: int) -> Moment:
     lab = Lab(load_scenario(name))
     info = describe_lab(lab)
-    tape = Tape(info)
+    history = WindowHistory(info)
     for _ in range(ticks):
         lab.step()
-    tape.extend(StepResult(entries_since(lab, {}), (), {}, -2, {}, False))
-    return Moment(info, tape, tape.last_tick)
+    history.extend(StepResult(entries_since(lab, {}), (), {}, -2, {}, False))
+    return Moment(info, history, history.last_tick)
 
 
 def test_narration_says_gradients_pile_up_without_zero_grad() -> None:
@@ -65,16 +65,16 @@ def test_narration_of_the_two_batch_example_uses_pytorchs_numbers() -> None:
     assert "optimizer.step() moved weight by +0.2" in narrate(moment)
 
 
-def test_tape_lookups_by_tick() -> None:
+def test_window_history_lookups_by_tick() -> None:
     moment = _lab_moment("forgot-zero-grad", 8)
-    tape = moment.tape
-    assert list(tape.op_ticks) == list(range(8))
-    assert tape.runs["yours"].index_at(0) == -1, "yours has no op at tick 0 (it skips zero_grad)"
-    assert tape.snap(3.7) == 3 and tape.snap(-0.2) == -1
-    assert tape.prev_op_tick(0) == -1 and tape.next_op_tick(7) is None
-    assert Moment(moment.info, tape, 2).last_backward("yours").op == "backward"
-    tape.clear()
-    assert tape.last_tick == -1
+    history = moment.history
+    assert list(history.op_ticks) == list(range(8))
+    assert history.runs["yours"].index_at(0) == -1, "yours has no op at tick 0 (it skips zero_grad)"
+    assert history.snap(3.7) == 3 and history.snap(-0.2) == -1
+    assert history.prev_op_tick(0) == -1 and history.next_op_tick(7) is None
+    assert Moment(moment.info, history, 2).last_backward("yours").op == "backward"
+    history.clear()
+    assert history.last_tick == -1
 
 
 def test_zero_grad_narration_names_the_call_that_ran_and_claims_only_what_is_true() -> None:

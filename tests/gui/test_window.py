@@ -31,11 +31,11 @@ def test_keys_step_iterate_go_back_and_reset(open_window, qtbot) -> None:
     assert c.cursor == c.info.ticks_per_iteration
     press(qtbot, w, LEFT, 2)
     assert c.cursor == c.info.ticks_per_iteration - 2
-    assert c.tape.last_tick == c.info.ticks_per_iteration, "going back keeps the history"
+    assert c.history.last_tick == c.info.ticks_per_iteration, "going back keeps the history"
     press(qtbot, w, Qt.Key.Key_PageUp)
     assert c.cursor == c.info.ticks_per_iteration - 3
     press(qtbot, w, Qt.Key.Key_R)
-    assert c.cursor == -1 and c.tape.last_tick == -1
+    assert c.cursor == -1 and c.history.last_tick == -1
     assert "Ready" in w.narration.text()
 
 
@@ -43,13 +43,13 @@ def test_stepping_on_from_a_scrubbed_moment_repeats_history_exactly(open_window,
     w = open_window("standard-loop")
     press(qtbot, w, RIGHT, modifier=SHIFT)
     press(qtbot, w, RIGHT, modifier=SHIFT)
-    first = w.controller.tape.record_at("yours", 7).params["weight"].copy()
+    first = w.controller.history.record_at("yours", 7).params["weight"].copy()
     press(qtbot, w, LEFT, 5)
     press(qtbot, w, RIGHT, 5)
     assert w.controller.cursor == 7
     assert np.array_equal(w.grads.cell("yours", "weight", "value").data(Qt.ItemDataRole.UserRole + 1), first)
     press(qtbot, w, RIGHT)
-    assert w.controller.tape.last_tick == 8
+    assert w.controller.history.last_tick == 8
 
 
 @pytest.mark.parametrize("scenario", ["set-to-none", "gan-detach"])
@@ -104,7 +104,7 @@ def test_reference_and_skipped_run_separate_on_the_surface(open_window, qtbot) -
     yours = model.point(moment.record("yours").params)
     reference = model.point(moment.record("reference").params)
     assert np.hypot(yours[0] - reference[0], yours[1] - reference[1]) > 0.5
-    assert w.controller.tape.distance[0][-1] > 0.5
+    assert w.controller.history.distance[0][-1] > 0.5
     # Pixel probes: each run's current marker is drawn in its colour where its parameters are.
     image = w.surface.plot_widget.grab().toImage()
     for (x, y), colour in ((yours, RUN_COLORS[0]), (reference, RUN_COLORS[1])):
@@ -129,7 +129,7 @@ def test_toggling_the_zero_grad_line_restarts_without_drift(open_window, qtbot) 
     w = open_window("forgot-zero-grad")
     for _ in range(5):
         press(qtbot, w, RIGHT, modifier=SHIFT)
-    assert w.controller.tape.distance[0][-1] > 0
+    assert w.controller.history.distance[0][-1] > 0
     box = w.code.toggle("zero_grad")
     assert box is not None and not box.isChecked(), "the skipped line shows an unchecked box"
     qtbot.mouseClick(box, Qt.MouseButton.LeftButton)
@@ -138,14 +138,14 @@ def test_toggling_the_zero_grad_line_restarts_without_drift(open_window, qtbot) 
     assert w.controller.cursor == 5 * w.controller.info.ticks_per_iteration - 1, (
         "replayed to the same iteration"
     )
-    assert max(w.controller.tape.distance[0]) == 0.0, "with zero_grad restored both runs are identical"
+    assert max(w.controller.history.distance[0]) == 0.0, "with zero_grad restored both runs are identical"
     assert w.code.toggle("zero_grad").isChecked()
     assert "optimizer.zero_grad()" in w.code.editor.toPlainText()
     # And off again: the line is greyed out and the runs drift apart.
     qtbot.mouseClick(w.code.toggle("zero_grad"), Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "zero_grad" not in w.controller.info.runs[0].spec.loop.order, timeout=30000)
     settle(qtbot, w)
-    assert w.controller.tape.distance[0][-1] > 0
+    assert w.controller.history.distance[0][-1] > 0
 
 
 def test_set_to_none_checkbox_turns_none_into_zeros(open_window, qtbot) -> None:
@@ -175,7 +175,7 @@ def test_scrubbing_the_timeline_shows_that_moment(open_window, qtbot) -> None:
     w = open_window("forgot-zero-grad")
     for _ in range(6):
         press(qtbot, w, RIGHT, modifier=SHIFT)
-    last = w.controller.tape.last_tick
+    last = w.controller.history.last_tick
     plot = w.timeline.plots["loss"]
     vb = plot.getViewBox()
     middle_y = sum(vb.viewRange()[1]) / 2
@@ -184,8 +184,8 @@ def test_scrubbing_the_timeline_shows_that_moment(open_window, qtbot) -> None:
     qtbot.mouseClick(w.timeline.graphics.viewport(), Qt.MouseButton.LeftButton, pos=pos)
     settle(qtbot, w)
     assert w.controller.cursor == 9
-    assert w.controller.tape.last_tick == last, "scrubbing forgets nothing"
-    rec = w.controller.tape.record_at("yours", 9)
+    assert w.controller.history.last_tick == last, "scrubbing forgets nothing"
+    rec = w.controller.history.record_at("yours", 9)
     shown = w.grads.cell("yours", "weight", "value").data(Qt.ItemDataRole.UserRole + 1)
     assert np.array_equal(shown, rec.params["weight"])
     # Dragging scrubs too.
@@ -209,13 +209,13 @@ def test_play_and_pause_with_space(open_window, qtbot) -> None:
     w.speed.setCurrentIndex(w.speed.count() - 1)  # as fast as it goes
     qtbot.keyClick(w, Qt.Key.Key_Space)
     assert w.controller.playing
-    qtbot.waitUntil(lambda: w.controller.tape.last_tick >= 20, timeout=30000)
+    qtbot.waitUntil(lambda: w.controller.history.last_tick >= 20, timeout=30000)
     qtbot.keyClick(w, Qt.Key.Key_Space)
     assert not w.controller.playing
     settle(qtbot, w)
-    stopped_at = w.controller.tape.last_tick
+    stopped_at = w.controller.history.last_tick
     qtbot.wait(200)
-    assert w.controller.tape.last_tick == stopped_at
+    assert w.controller.history.last_tick == stopped_at
     assert w.frames > 1
     assert w.act_play.iconText().endswith("Play")
 
@@ -282,7 +282,7 @@ def test_a_diverging_run_is_drawn_and_said(open_window, qtbot) -> None:
     # Scrub back before the divergence and forward again: nothing breaks on inf/NaN.
     w.controller.seek(3)
     w.redraw()
-    w.controller.seek(w.controller.tape.last_tick)
+    w.controller.seek(w.controller.history.last_tick)
     w.redraw()
     w.grab()
 
@@ -353,10 +353,10 @@ def test_stepping_stops_at_the_scenarios_end_and_says_so(open_window, qtbot) -> 
     for _ in range(10):
         press(qtbot, w, RIGHT)
     settle(qtbot, w)
-    assert w.controller.tape.last_tick == 5 and w.controller.cursor == 5
+    assert w.controller.history.last_tick == 5 and w.controller.cursor == 5
     press(qtbot, w, RIGHT, modifier=SHIFT)
     settle(qtbot, w)
-    assert w.controller.tape.last_tick == 5
+    assert w.controller.history.last_tick == 5
     text = w.status.text()
     assert "iteration 1 of 1" in text and "last op" in text and "finished" in text
     w.controller.play()

@@ -131,7 +131,7 @@ def test_a_cuda_model_is_recorded_from_the_device_and_replays() -> None:
         model, _ = _cuda_loop(5)
     assert {p["device"] for p in rec.params} == {"cuda:0"}
     replay = replay_of(rec)
-    last = replay.tape.record(replay.run, replay.tape.last_tick)
+    last = replay.history.record(replay.run, replay.history.last_tick)
     assert last is not None
     name = next(n for n in last.params if n.endswith("2.weight"))
     assert (last.params[name] == model[2].weight.detach().cpu().numpy()).all(), (

@@ -1,5 +1,5 @@
 """A recording replayed: real scripts watched in a subprocess, their recordings read back as the
-window's tape (Qt-free), and the command line on recordings good and bad."""
+window's history (Qt-free), and the command line on recordings good and bad."""
 
 from __future__ import annotations
 
@@ -56,11 +56,11 @@ def _printed(proc: subprocess.CompletedProcess, what: str) -> list[list[float]]:
 def test_the_replay_holds_every_observed_op_at_the_users_own_lines(printing):
     path, _ = printing
     replay = load_replay(path)
-    tape = replay.tape.runs[replay.run]
+    history = replay.history.runs[replay.run]
     backward, step = _line(PRINTING, "loss.backward()"), _line(PRINTING, "optimizer.step()")
     assert replay.run == "train.py"
-    assert list(tape.ops) == ["backward", "step"] * 6
-    assert list(tape.lines) == [backward, step] * 6
+    assert list(history.ops) == ["backward", "step"] * 6
+    assert list(history.lines) == [backward, step] * 6
     assert replay.info.runs[0].source.splitlines() == PRINTING.splitlines()
     assert replay.position(3) == "op 4 of 12 · after update 2 of 6"
 
@@ -68,10 +68,10 @@ def test_the_replay_holds_every_observed_op_at_the_users_own_lines(printing):
 def test_losses_weights_and_momentum_are_the_scripts_own(printing):
     path, proc = printing
     replay = load_replay(path)
-    tape = replay.tape.runs[replay.run]
-    losses = [loss for op, loss in zip(tape.ops, tape.loss, strict=True) if op == "backward"]
+    history = replay.history.runs[replay.run]
+    losses = [loss for op, loss in zip(history.ops, history.loss, strict=True) if op == "backward"]
     np.testing.assert_allclose(losses, [v[0] for v in _printed(proc, "loss")], rtol=1e-6)
-    last = replay.tape.record(replay.run, len(tape) - 1)
+    last = replay.history.record(replay.run, len(history) - 1)
     assert last is not None
     np.testing.assert_allclose(last.params["model.weight"].ravel(), _printed(proc, "weight")[0], rtol=1e-6)
     momentum = last.state["model.weight"]["momentum_buffer"]
@@ -82,8 +82,8 @@ def test_losses_weights_and_momentum_are_the_scripts_own(printing):
 def test_a_backward_shows_the_stale_grad_and_what_it_added(printing):
     path, _ = printing
     replay = load_replay(path)
-    first_step = replay.tape.record(replay.run, 1)
-    second = replay.tape.record(replay.run, 2)  # the backward that adds to the used .grad
+    first_step = replay.history.record(replay.run, 1)
+    second = replay.history.record(replay.run, 2)  # the backward that adds to the used .grad
     assert first_step is not None and second is not None
     stale = second.stale_grads
     fresh = second.fresh_grads
@@ -92,7 +92,7 @@ def test_a_backward_shows_the_stale_grad_and_what_it_added(printing):
     np.testing.assert_allclose(
         stale["model.weight"] + fresh["model.weight"], second.grads["model.weight"], rtol=1e-6
     )
-    before = replay.tape.record(replay.run, 0)
+    before = replay.history.record(replay.run, 0)
     assert before is not None and before.stale_grads is not None
     assert before.stale_grads["model.weight"] is None, "no .grad before the first backward"
 
@@ -130,11 +130,11 @@ def test_a_sampled_recording_draws_its_path_over_the_plane_of_the_values_it_hold
 
 def test_an_op_in_another_file_shows_that_files_line_and_the_next_line_only_where_it_is_shown(several_files):
     replay = load_replay(several_files.recording)
-    tape = replay.tape.runs[replay.run]
+    history = replay.history.runs[replay.run]
     backward = _line(scripts.SEVERAL_FILES, "loss.backward()")
     step = _line(scripts.HELPERS, "optimizer.step()")
-    assert replay.run == "train.py" and tape.ops[:2] == ["backward", "step"]
-    assert list(tape.lines[:2]) == [backward, step]
+    assert replay.run == "train.py" and history.ops[:2] == ["backward", "step"]
+    assert list(history.lines[:2]) == [backward, step]
     script, helpers = replay.info.code_at(0), replay.info.code_at(1)
     assert script is replay.info and replay.info.code_at(-1) is replay.info
     assert script.runs[0].source.splitlines() == scripts.SEVERAL_FILES.splitlines()
@@ -170,14 +170,14 @@ def test_another_file_missing_from_the_recording_is_read_now_or_said_to_be_gone(
 
 
 def test_after_the_last_op_no_line_is_marked_next(printing):
-    from gradviz.gui.tape import Moment
+    from gradviz.gui.window_history import Moment
 
     replay = load_replay(printing[0])
-    last = replay.tape.last_tick
+    last = replay.history.last_tick
     step = _line(PRINTING, "optimizer.step()")
-    next_slot = Moment(replay.info, replay.tape, last - 1).next_slot(replay.run)
+    next_slot = Moment(replay.info, replay.history, last - 1).next_slot(replay.run)
     assert next_slot is not None and next_slot.line == step
-    assert Moment(replay.info, replay.tape, last).next_slot(replay.run) is None, "not the first op's line"
+    assert Moment(replay.info, replay.history, last).next_slot(replay.run) is None, "not the first op's line"
 
 
 def test_recordings_are_told_apart_from_scenarios(tmp_path, printing):
@@ -288,10 +288,10 @@ def test_snapshot_and_export_draw_a_recording(tmp_path, printing, capsys):
 
 def test_every_grad_of_an_accumulation_loop_is_known_from_the_backwards_ledger(accumulation):
     replay = load_replay(accumulation.recording)
-    tape = replay.tape.runs[replay.run]
+    history = replay.history.runs[replay.run]
     backwards = 0
-    for i, op in enumerate(tape.ops):
-        rec = replay.tape.record(replay.run, i)
+    for i, op in enumerate(history.ops):
+        rec = replay.history.record(replay.run, i)
         assert rec is not None
         for g in rec.grads.values():
             assert g is None or np.isfinite(g).all()

@@ -69,7 +69,7 @@ def test_a_recording_opens_in_the_window_with_its_code_and_findings(window, qtbo
     assert "op 3 of 10" in window.status.text()
 
 
-def test_stepping_a_recording_moves_the_cursor_and_reset_keeps_the_tape(window, qtbot, forgot):
+def test_stepping_a_recording_moves_the_cursor_and_reset_keeps_the_history(window, qtbot, forgot):
     window.open_scenario(str(forgot))
     c = window.controller
     window.activateWindow()
@@ -79,7 +79,7 @@ def test_stepping_a_recording_moves_the_cursor_and_reset_keeps_the_tape(window, 
     qtbot.keyClick(window, Qt.Key.Key_F8)
     assert c.cursor == 2, "F8: the next finding's op"
     qtbot.keyClick(window, Qt.Key.Key_R)
-    assert c.cursor == -1 and c.tape is not None and c.tape.last_tick == 9
+    assert c.cursor == -1 and c.history is not None and c.history.last_tick == 9
     for _ in range(12):
         c.next_op()
     assert c.cursor == 9 and c.finished, "stepping stops at the recording's last op"
@@ -121,10 +121,10 @@ def test_an_op_in_another_file_shows_that_file_and_the_last_op_marks_no_next_lin
     c.seek(2)
     window.redraw()
     assert "loss.backward()" in window.code.editor.toPlainText() and window.code.ran == (backward, backward)
-    c.seek(c.tape.last_tick - 1)
+    c.seek(c.history.last_tick - 1)
     window.redraw()
     assert not window.code.next_line, "the next op, the step, is in the other file"
-    c.seek(c.tape.last_tick)
+    c.seek(c.history.last_tick)
     window.redraw()
     assert window.code.ran == (step, step) and window.code.next_line is None, (
         "after the last op: nothing next"

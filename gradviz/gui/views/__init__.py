@@ -1,1 +1,1 @@
-"""One module per view; every view draws a :class:`gradviz.gui.tape.Moment`."""
+"""One module per view; every view draws a :class:`gradviz.gui.window_history.Moment`."""

@@ -48,8 +48,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gradviz.gui.tape import LabInfo, Moment, RunInfo
 from gradviz.gui.theme import LIGHT, Theme, run_color, run_glyph, run_symbol
+from gradviz.gui.window_history import LabInfo, Moment, RunInfo
 
 # The setup lines a lecturer needs beside the loop: the optimizer, its learning rate and
 # the parameters it is given (a manual loop's ``lr = ...``).
@@ -626,7 +626,7 @@ class CodeView(QWidget):
         if self.info is None:
             return
         marks = {
-            k: self._marks_of(moment, k) for k in self.shown if self.info.runs[k].name in moment.tape.runs
+            k: self._marks_of(moment, k) for k in self.shown if self.info.runs[k].name in moment.history.runs
         }
         if marks != self.marks:
             self.marks = marks
@@ -636,7 +636,7 @@ class CodeView(QWidget):
     def _marks_of(self, moment: Moment, index: int) -> Marks:
         assert self.info is not None
         run = self.info.runs[index]
-        rt = moment.tape.runs[run.name]
+        rt = moment.history.runs[run.name]
         i = rt.index_at(moment.tick)
         ran = None
         if i >= 0:

@@ -34,8 +34,8 @@ from PySide6.QtWidgets import (
 )
 
 from gradviz.gui import fmt
-from gradviz.gui.tape import LabInfo, Moment
 from gradviz.gui.theme import LIGHT, Theme, run_color, run_glyph
+from gradviz.gui.window_history import LabInfo, Moment
 
 KIND = Qt.ItemDataRole.UserRole
 VALUES = Qt.ItemDataRole.UserRole + 1
@@ -155,10 +155,10 @@ def iteration_peak(moment: Moment, run: str, tick: int | None = None) -> int | N
     tick = moment.tick if tick is None else tick
     if tick < 0:
         return None
-    rt = moment.tape.runs[run]
+    rt = moment.history.runs[run]
     start = rt.index_at(tick // moment.info.ticks_per_iteration * moment.info.ticks_per_iteration - 1) + 1
     stop = rt.index_at(tick) + 1
-    return peak_saved(getattr(moment.tape.record(run, j), "footprint", None) for j in range(start, stop))
+    return peak_saved(getattr(moment.history.record(run, j), "footprint", None) for j in range(start, stop))
 
 
 def _autograd_text(state: Any, peak: int | None = None) -> str:

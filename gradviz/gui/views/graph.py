@@ -37,7 +37,7 @@ from gradviz.gui.theme import BASE_POINT_SIZE, LIGHT, Theme, run_color
 
 if TYPE_CHECKING:
     from gradviz.engine.graph import Graph
-    from gradviz.gui.tape import LabInfo, Moment
+    from gradviz.gui.window_history import LabInfo, Moment
 
 # Node fills by kind (Okabe-Ito hues, light tints so black text stays readable); each kind also
 # has its own border, so the kind never rests on colour alone.
@@ -296,7 +296,7 @@ class GraphView(QWidget):
         if graph is not None:
             ran = len(graph.order)
             freed = tick < moment.tick and bool(graph.order)
-            fresh = tick == moment.tick == moment.tape.last_tick and not moment.hide_future
+            fresh = tick == moment.tick == moment.history.last_tick and not moment.hide_future
             if graph.order and fresh and self.isVisible() and tick != self._animated_tick:
                 self._animated_tick = tick
                 self._step = 1
@@ -482,10 +482,10 @@ class GraphView(QWidget):
         moment, graph = self._moment, shown.graph
         if moment is None or graph is None or self.run_name is None:
             return {}
-        rt = moment.tape.runs[self.run_name]
+        rt = moment.history.runs[self.run_name]
         i = rt.index_at(shown.tick)
-        after = moment.tape.record(self.run_name, i)
-        before = moment.tape.record(self.run_name, i - 1) if i > 0 else moment.info.initial[self.run_name]
+        after = moment.history.record(self.run_name, i)
+        before = moment.history.record(self.run_name, i - 1) if i > 0 else moment.info.initial[self.run_name]
         out = {}
         for name, added in graph.added.items():
             if added is None:

@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gradviz.gui.tape import LabInfo
 from gradviz.gui.views.flow import FlowLayout
+from gradviz.gui.window_history import LabInfo
 
 OPTIMIZERS = ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad")
 DEVICES = ("cpu", "cuda", "mps", "auto")

@@ -35,8 +35,8 @@ from PySide6.QtWidgets import (
 )
 
 from gradviz.gui.surface_state import CONTOURS, Extent, SurfaceGrid, SurfaceState
-from gradviz.gui.tape import LabInfo, Moment, PlaneRequest, PlaneSurface
 from gradviz.gui.theme import BASE_POINT_SIZE, LIGHT, Theme, run_color, run_dash, run_glyph, run_symbol
+from gradviz.gui.window_history import LabInfo, Moment, PlaneRequest, PlaneSurface
 from gradviz.gui.worker import plane_kinds
 
 # Pixels between the step's arrow and the backward's arrows drawn beside it.

@@ -22,9 +22,9 @@ from PySide6.QtWidgets import QLabel, QStackedLayout, QVBoxLayout, QWidget
 
 from gradviz.gui.display import gl_unavailable
 from gradviz.gui.surface_state import HIGH_PERCENTILE, SurfaceGrid, SurfaceState
-from gradviz.gui.tape import LabInfo, Moment
 from gradviz.gui.theme import LIGHT, Theme, run_color
 from gradviz.gui.views.surface import lower_shade
+from gradviz.gui.window_history import LabInfo, Moment
 
 # The mesh is drawn in a fixed box whatever the axes' units: x and y over [-1, 1], z over [0, HEIGHT].
 HEIGHT = 0.9

@@ -26,9 +26,9 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainterPath, QResizeEvent, QTransform
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from gradviz.gui.tape import LabInfo, Moment
 from gradviz.gui.theme import LIGHT, OP_COLORS, OP_LETTERS, Theme, run_color, run_dash, run_glyph, run_symbol
 from gradviz.gui.views.grads import iteration_peak
+from gradviz.gui.window_history import LabInfo, Moment
 
 OPS = ("zero_grad", "forward", "backward", "step")
 # A curve keeps at most this many buckets of points (two drawn per bucket): more than a
@@ -981,7 +981,7 @@ class TimelineView(QWidget):
 
     # ------------------------------------------------------------- ranges
     def ranges_for(self, moment: Moment) -> dict[str, tuple[float, float]]:
-        """The axis ranges that hold everything the tape has up to ``moment``.
+        """The axis ranges that hold everything the window's history has up to ``moment``.
 
         ``"x"`` spans the ticks; ``"loss"``, ``"grad"`` (log10, down to the floor band
         where a zero is drawn), ``"saved"`` and ``"distance"`` span each row's finite
@@ -990,11 +990,11 @@ class TimelineView(QWidget):
         """
         info = self.info
         assert info is not None
-        tape = moment.tape
+        history = moment.history
         out = {"x": (-0.5, float(max(moment.tick, 0)) + 1.5)}
         parts: dict[str, list[np.ndarray]] = {"loss": [], "grad": [], "saved": [], "nodes": []}
         for run in info.runs:
-            rt = tape.runs[run.name]
+            rt = history.runs[run.name]
             n = rt.index_at(moment.tick) + 1
             parts["loss"].append(log10_or_zero(rt.loss[:n]))
             parts["grad"].append(log10_or_zero(rt.grad_norm[:n]))
@@ -1007,8 +1007,8 @@ class TimelineView(QWidget):
                 out[key] = (floor.bottom, span[1]) if floor is not None else span
                 if floor is not None:
                     out[f"{key}:zero"] = span
-        n = bisect.bisect_right(tape.distance_ticks, moment.tick)
-        distance = [np.asarray(column[:n], dtype=np.float64) for column in tape.distance]
+        n = bisect.bisect_right(history.distance_ticks, moment.tick)
+        distance = [np.asarray(column[:n], dtype=np.float64) for column in history.distance]
         for key, linear in (("saved", parts["saved"]), ("nodes", parts["nodes"]), ("distance", distance)):
             values = np.concatenate(linear) if linear else np.zeros(0)
             values = values[np.isfinite(values)]
@@ -1044,10 +1044,10 @@ class TimelineView(QWidget):
         info = self.info
         if info is None:
             return
-        tape = moment.tape
+        history = moment.history
         for c in self.cursors:
             c.setValue(moment.tick + 0.5 if moment.tick >= 0 else -0.5)
-        total = sum(len(rt) for rt in tape.runs.values())
+        total = sum(len(rt) for rt in history.runs.values())
         drawn = (total, moment.horizon)
         self._moment = moment
         if drawn != self._drawn:
@@ -1057,7 +1057,7 @@ class TimelineView(QWidget):
             return
         # The x range grows in steps of a quarter, so the axes are not re-laid out on every op.
         span = float(info.ticks_per_iteration * min(4, max(info.scenario.iterations, 1)))
-        while span < tape.last_tick + 2:
+        while span < history.last_tick + 2:
             span *= 1.25
         if span != self._span:
             self._span = span
@@ -1066,12 +1066,12 @@ class TimelineView(QWidget):
     def _draw_curves(self, moment: Moment) -> None:
         info = self.info
         assert info is not None
-        tape = moment.tape
+        history = moment.history
         horizon = moment.horizon
         keys = (*LOG_ROWS, *self.footprint_rows)
         points: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {key: [] for key in keys}
         for i, run in enumerate(info.runs):
-            rt = tape.runs[run.name]
+            rt = history.runs[run.name]
             n = rt.index_at(horizon) + 1
             columns = {"loss": rt.loss, "grad": rt.grad_norm, "saved": rt.records, "nodes": rt.records}
             for key in keys:
@@ -1101,11 +1101,11 @@ class TimelineView(QWidget):
                     at = (at[0], at[1], f"{name} · {at[1]:,.0f} nodes")
                 ends.append(at)
             self.end_labels[key].set_ends(ends)
-        shown = bisect.bisect_right(tape.distance_ticks, horizon)
+        shown = bisect.bisect_right(history.distance_ticks, horizon)
         for curve, line, column in zip(
-            self.curves["distance"], self.lines["distance"], tape.distance, strict=True
+            self.curves["distance"], self.lines["distance"], history.distance, strict=True
         ):
-            curve.setData(*line.update(tape.distance_ticks, column, shown))
+            curve.setData(*line.update(history.distance_ticks, column, shown))
         self._draw_tape(moment)
 
     def _on_floor(
@@ -1139,7 +1139,7 @@ class TimelineView(QWidget):
         """The op tape as an image, a column per tick: only the new ops are painted into it."""
         info = self.info
         assert info is not None
-        tape = moment.tape
+        history = moment.history
         horizon = moment.horizon
         runs = len(info.runs)
         n = max(horizon + 1, 1)
@@ -1153,7 +1153,7 @@ class TimelineView(QWidget):
             self._tape_rgba = grown
         code = {op: i for i, op in enumerate(OPS)}
         for r, run in enumerate(info.runs):
-            rt = tape.runs[run.name]
+            rt = history.runs[run.name]
             count = rt.index_at(horizon) + 1
             start = self._tape_filled[r]
             if count <= start:
@@ -1181,7 +1181,7 @@ class TimelineView(QWidget):
         box = self.plots["tape"].getViewBox()
         (x0, x1), _ = box.viewRange()
         width = box.width()
-        key = (x0, x1, width, moment.horizon, sum(len(rt) for rt in moment.tape.runs.values()))
+        key = (x0, x1, width, moment.horizon, sum(len(rt) for rt in moment.history.runs.values()))
         if key == self._letters_key:
             return
         self._letters_key = key
@@ -1193,7 +1193,7 @@ class TimelineView(QWidget):
         symbols: list[QPainterPath] = []
         runs = len(info.runs)
         for r, run in enumerate(info.runs):
-            rt = moment.tape.runs[run.name]
+            rt = moment.history.runs[run.name]
             first = bisect.bisect_left(rt.ticks, int(np.floor(x0)))
             last = rt.index_at(min(int(np.ceil(x1)), moment.horizon)) + 1
             for j in range(first, last):

@@ -340,7 +340,7 @@ class Coded(Sequence[str]):
         del self._column[keep:]
 
 
-class RunTape:
+class WindowRunHistory:
     """The columns of one run's ops, in the order they happened, in bounded memory.
 
     Every op keeps its tick, op, line, loss, norms, status and how many backward calls
@@ -348,7 +348,7 @@ class RunTape:
     Full records and captured graphs are kept for the recent past only: ``records_kept``
     (the lab's own recent past, so the window holds the lab's records rather than copies)
     and :data:`GRAPHS_KEPT`; older records are rebuilt by the lab when a moment needs them
-    (:meth:`Tape.missing`).
+    (:meth:`WindowHistory.missing`).
     """
 
     def __init__(self, name: str, records_kept: int | None = None) -> None:
@@ -410,12 +410,12 @@ class RunTape:
         return out
 
 
-class Tape:
+class WindowHistory:
     """Every run's ops as the GUI has received them, addressable by tick."""
 
     def __init__(self, info: LabInfo) -> None:
         self.info = info
-        self.runs = {r.name: RunTape(r.name, info.recent) for r in info.runs}
+        self.runs = {r.name: WindowRunHistory(r.name, info.recent) for r in info.runs}
         self.op_ticks = array("i")
         self.distance_ticks = array("i")
         self.distance = [array("d") for _ in info.runs[1:]]
@@ -504,46 +504,46 @@ class Tape:
 
 @dataclass(frozen=True)
 class Moment:
-    """One moment of the lab as every view draws it: the tape read at ``tick``.
+    """One moment of the lab as every view draws it: the history read at ``tick``.
 
     Attributes
     ----------
-    info, tape:
+    info, history:
         The lab and what the GUI holds of its history.
     tick:
         The op this moment comes just after (-1: the start).
     playing:
         Whether Play is on (views may then redraw less often).
     hide_future:
-        Draw nothing the tape holds after ``tick``. The window shows a scrubbed-back
+        Draw nothing the history holds after ``tick``. The window shows a scrubbed-back
         moment against the whole history recorded so far; an export frame (whose lab
         was stepped to the end beforehand) shows only what has happened by then.
     """
 
     info: LabInfo
-    tape: Tape
+    history: WindowHistory
     tick: int
     playing: bool = False
     hide_future: bool = False
 
     @property
     def horizon(self) -> int:
-        """The newest tick the views may draw: ``tick`` when the future is hidden, else the tape's last."""
-        return self.tick if self.hide_future else self.tape.last_tick
+        """The newest tick the views may draw: ``tick`` when the future is hidden, else the history's last."""
+        return self.tick if self.hide_future else self.history.last_tick
 
     def run_names(self) -> list[str]:
         return [r.name for r in self.info.runs]
 
     def record(self, run: str) -> OpRecord | None:
         """The run's last record at or before this moment."""
-        return self.tape.record_at(run, self.tick)
+        return self.history.record_at(run, self.tick)
 
     def state(self, run: str) -> Any:
         """The run's record, or its initial snapshot before its first op."""
         rec = self.record(run)
         if rec is not None:
             return rec
-        if self.tape.runs[run].index_at(self.tick) < 0:
+        if self.history.runs[run].index_at(self.tick) < 0:
             return self.info.initial[run]
         return None
 
@@ -554,13 +554,13 @@ class Moment:
 
     def previous(self, run: str) -> Any:
         """The state just before the run's last op (a record or the initial snapshot)."""
-        i = self.tape.runs[run].index_at(self.tick)
+        i = self.history.runs[run].index_at(self.tick)
         if i <= 0:
             return self.info.initial[run]
-        return self.tape.record(run, i - 1)
+        return self.history.record(run, i - 1)
 
     def status(self, run: str) -> str:
-        rt = self.tape.runs[run]
+        rt = self.history.runs[run]
         i = rt.index_at(self.tick)
         return rt.statuses[i] if i >= 0 else "running"
 
@@ -582,21 +582,21 @@ class Moment:
 
     def last_backward(self, run: str) -> OpRecord | None:
         """The run's newest backward whose gradient is still in ``.grad`` (no zero_grad since)."""
-        rt = self.tape.runs[run]
+        rt = self.history.runs[run]
         i = rt.index_at(self.tick)
         while i >= 0:
             op = rt.ops[i]
             if op == "zero_grad":
                 return None
             if op == "backward":
-                return self.tape.record(run, i)
+                return self.history.record(run, i)
             i -= 1
         return None
 
     def graph(self, run: str) -> tuple[Any, int]:
         """The run's newest captured autograd graph at or before this moment, and the tick of its op
         (``(None, -1)`` when none was captured since the last forward)."""
-        rt = self.tape.runs[run]
+        rt = self.history.runs[run]
         i = rt.index_at(self.tick)
         while i >= 0:
             if rt.graphs[i] is not None:
@@ -608,7 +608,7 @@ class Moment:
 
     def backward_count(self, run: str) -> int:
         """How many backward calls have added to ``.grad`` since it was last cleared."""
-        rt = self.tape.runs[run]
+        rt = self.history.runs[run]
         i = rt.index_at(self.tick)
         return rt.backwards[i] if i >= 0 else 0
 
@@ -617,13 +617,13 @@ class Moment:
         slot = self.next_slot(run)
         if slot is None or slot.op != "step":
             return None
-        rt = self.tape.runs[run]
+        rt = self.history.runs[run]
         i = rt.index_at(self.tick)
         if i + 1 < len(rt) and rt.ops[i + 1] == "step":
-            rec = self.tape.record(run, i + 1)
+            rec = self.history.record(run, i + 1)
             return None if rec is None else rec.params
-        if self.tick == self.tape.preview_tick:
-            return self.tape.previews.get(run)
+        if self.tick == self.history.preview_tick:
+            return self.history.previews.get(run)
         return None
 
 
