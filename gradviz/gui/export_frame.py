@@ -750,6 +750,9 @@ class ExportFrame(QWidget):
             view3d.caption.setText(view3d.caption.text().replace(DRAG_HINT, ""))
         if self.frame_style.caption:
             code = self.views.get("code")
+            graph = self.shown_views().get("graph")
+            if caption is None and graph is not None:
+                caption = graph.part_sentence()  # type: ignore[attr-defined]  # a frame within a backward
             if caption is None:
                 said = moment if shown is None else replace(moment, info=shown)  # quotes the file shown
                 caption = self._narration(said, code.run_name if code is not None else None)

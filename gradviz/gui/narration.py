@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gradviz.gui import fmt
 from gradviz.gui.window_history import Moment
+
+if TYPE_CHECKING:
+    from gradviz.engine.graph import Graph
 
 OP_CALLS = {"forward": "forward", "backward": "backward()", "step": "step()", "zero_grad": "zero_grad()"}
 
@@ -266,3 +269,52 @@ def narrate(moment: Moment | None, run: str | None = None) -> str:
             sentence = sentence.rstrip(".") + "; the run has diverged (inf or NaN) and stops here."
         return prefix + sentence if prefix else _capitalised(sentence)
     return "Loading the record of this op…"
+
+
+# ------------------------------------------------------ one node of a backward
+
+
+def grad_text(grad: Any) -> str:
+    """An edge's gradient in a few characters: its values when copied and short, else its norm or shape."""
+    if grad is None:
+        return ""
+    if not isinstance(grad, np.ndarray):
+        return "(" + ", ".join(map(str, grad.shape)) + ")"
+    if grad.size <= 2:
+        return fmt.array(grad, limit=2)
+    return f"‖g‖ {fmt.number(float(np.linalg.norm(grad.astype(np.float64))), 3)}"
+
+
+def addition_text(before: np.ndarray | None, added: np.ndarray, after: np.ndarray | None) -> str:
+    """What AccumulateGrad did to ``.grad``: ``.grad: -16 + -4 = -20``, or ``.grad: None → -4`` on a
+    cleared one."""
+    if before is None:
+        return f".grad: None → {grad_text(after if after is not None else added)}"
+    if added.size <= 2:
+        return f".grad: {grad_text(before)} + {grad_text(added)} = {grad_text(after)}"
+    return f".grad += {grad_text(added)}"
+
+
+def backward_node_sentence(graph: Graph, ran: int, additions: Mapping[str, str]) -> str:
+    """What happens at the ``ran``-th node of ``graph``'s backward, in PyTorch's execution order.
+
+    The node that ran is named with the nodes that sent it its gradient (those of its parents that
+    ran before it), the gradient along the edge where there is one, and, at a parameter's
+    ``AccumulateGrad``, the addition into ``.grad`` of ``additions`` (the inspector's ledger).
+    """
+    order = graph.order
+    node = graph.nodes[order[ran - 1]]
+    head = f"backward(), node {ran} of {len(order)}: "
+    if ran == 1:
+        return f"{head}{node.name} starts the traversal at the loss, with the gradient 1."
+    before = set(order[: ran - 1])
+    sent = [(k, a) for k, (a, b) in enumerate(graph.edges) if b == node.id and a in before]
+    senders = list(dict.fromkeys(graph.nodes[a].name for _, a in sent))
+    who = " and ".join(senders) if senders else "autograd"
+    passes = "pass their gradients" if len(senders) > 1 else "passes the gradient"
+    if node.param is not None:
+        added = additions.get(node.param)
+        into = f": {added.replace('.grad: ', '.grad ', 1)}" if added else ""
+        return f"{head}{who} {passes} to AccumulateGrad({node.param}){into}."
+    value = grad_text(graph.sent[sent[0][0]]) if len(sent) == 1 and graph.sent else ""
+    return f"{head}{who} {passes}{' ' + value if value else ''} to {node.name}."

@@ -124,6 +124,7 @@ class MainWindow(QMainWindow):
         self.grads = GradsView()
         self.timeline = TimelineView()
         self.graph = GraphView()
+        self.graph.stepped.connect(self._graph_stepped)
         self.panels: dict[str, QWidget] = {
             "code": self.code,
             "surface": self.surface,
@@ -608,6 +609,13 @@ class MainWindow(QMainWindow):
             due = self._drawn_at + self.frame_interval - time.perf_counter()
             self._redraw_timer.start(max(0, round(due * 1000)))
 
+    def _graph_stepped(self, sentence: str) -> None:
+        """The animated backward reached a node: say what happens there; at its end, the op's sentence."""
+        if sentence:
+            self.narration.setText(sentence)
+        else:
+            self.schedule_redraw()
+
     def redraw(self) -> None:
         """Draw the controller's current moment in every visible view."""
         self._redraw_timer.stop()
@@ -630,6 +638,8 @@ class MainWindow(QMainWindow):
         if self.findings.isVisible():
             self.findings.mark(moment.tick)
         text = narrate(moment if shown is None else replace(moment, info=shown), self.code.run_name)
+        # Within an animated backward the sentence is the graph's: what happens at the node reached.
+        text = (self.graph.part_sentence() if self.graph.isVisible() else None) or text
         if text != self.narration.text():
             self.narration.setText(text)
         self._update_status()

@@ -8,6 +8,7 @@ import torch
 from PySide6.QtWidgets import QGraphicsSimpleTextItem
 
 from gradviz.engine import Lab, load_builtin
+from gradviz.gui.narration import backward_node_sentence
 from gradviz.gui.views.graph import layered
 from tests.engine.test_graph import independent_walk
 
@@ -105,6 +106,33 @@ def test_accumulate_grad_shows_the_addition_the_ledger_shows(window):
     added = float(history.record("yours", i).fresh_grads["weight"].item())
     assert (before, added, after) == (-16.0, -4.0, -20.0)
     assert ".grad: -16 + -4 = -20" in texts(w)
+    # The sentence at that node: who passed the gradient on, and the addition the ledger shows.
+    graph = w.graph.shown.graph
+    sentence = backward_node_sentence(graph, len(graph.order), w.graph._ledger(w.graph.shown))
+    assert sentence == (
+        "backward(), node 7 of 7: TBackward0 passes the gradient to AccumulateGrad(weight): "
+        ".grad -16 + -4 = -20."
+    )
+
+
+def test_an_animated_backward_narrates_the_node_it_has_reached(window):
+    w = window("two-batch-accumulation")
+    for _ in range(3):  # zero_grad, forward, backward: the live end, so the traversal is animated
+        assert w.controller.next_op()
+    w.redraw()
+    assert w.graph.shown.ran == 1
+    assert (
+        w.narration.text()
+        == "backward(), node 1 of 7: DivBackward0 starts the traversal at the loss, with the gradient 1."
+    )
+    w.graph._advance()
+    assert (
+        w.narration.text()
+        == "backward(), node 2 of 7: DivBackward0 passes the gradient 0.5 to MeanBackward0."
+    )
+    w.graph.skip_animation()  # the whole traversal: the op's own sentence again
+    w.redraw()
+    assert w.narration.text().startswith("backward() added -16 to weight.grad")
 
 
 @pytest.mark.parametrize(("run", "reaches_g"), [("no-detach", True), ("detach", False), ("no-grad", False)])
@@ -146,14 +174,40 @@ def test_a_second_backward_through_the_freed_graph_shows_pytorchs_error(window):
     step(w, 4)  # zero_grad, forward, backward, backward: the second raises
     note = w.graph.note.text()
     assert note.startswith(
-        "backward() raised PyTorch's error: RuntimeError: Trying to backward through the graph a second time"
+        f"backward() raised in {raised_in('backward-twice', 'no-retain')}: the backward() before freed "
+        "the tensors"
     )
-    assert note.endswith("The backward() before freed this graph's saved tensors.")
+    assert "PyTorch's error: RuntimeError: Trying to backward through the graph a second time" in note
     drawn = texts(w)
-    assert "backward() raised here" in drawn
-    saved = [t for t in drawn if t.startswith("() ") or "saved" in t]
+    assert "backward() raised here: saved tensors freed" in drawn
+    saved = [t for t in drawn if (t.startswith("() ") or "saved" in t) and "raised" not in t]
     assert saved and all(t.endswith("· freed") for t in saved if "saved" in t)
     assert not any(t.startswith("#") for t in drawn)  # no node ran
+
+
+def raised_in(scenario: str, run: str) -> str:
+    """The class of the node a plain PyTorch loop's second backward() through a freed graph raises in."""
+    _, loss = live_loss(scenario, run, 1)
+    nodes, _, _ = independent_walk(loss)
+    loss.backward()
+    started: list[str] = []
+    for n in nodes:
+        n.register_prehook(lambda grads, n=n: started.append(type(n).__name__))
+    with pytest.raises(RuntimeError, match="second time"):
+        loss.backward()
+    return started[-1]
+
+
+def test_the_view_opened_between_two_backwards_names_the_node_whose_saved_tensors_were_freed(window):
+    w = window("backward-twice", graph=False)
+    step(w, 3)  # zero_grad, forward, backward: the graph freed while no view captured it
+    w.show_panel("graph", True)
+    step(w, 1)  # the second backward raises
+    name = raised_in("backward-twice", "no-retain")
+    assert w.graph.note.text().startswith(f"backward() raised in {name}: the backward() before freed")
+    graph = w.graph.shown.graph
+    assert graph.nodes[graph.failed].name == name
+    assert "backward() raised here: saved tensors freed" in texts(w)
 
 
 def test_after_step_the_graph_is_drawn_freed_and_says_so(window):
@@ -228,7 +282,10 @@ def test_an_export_lights_a_backward_node_by_node_in_pytorchs_order(qapp, tmp_pa
         frame = render(*args, **kwargs)
         view = renderer.frame.shown_views()["graph"]
         seen.append((view.shown.tick, view.shown.ran, view.note.text()))
+        captions.append(renderer.frame.caption.text())
         return frame
+
+    captions: list[str] = []
 
     renderer.render = noted  # type: ignore[method-assign]
     run_inline(job.work())
@@ -245,4 +302,14 @@ def test_an_export_lights_a_backward_node_by_node_in_pytorchs_order(qapp, tmp_pa
     # Each frame names the node that ran last, in the order the hooks of a plain backward fire.
     named = [note.split(", ")[-1].rstrip(".") for tick, ran, note in seen if tick == 2 and ran < 7]
     assert named == fired[:6]
-    assert seen[-1][2].startswith("backward() raised PyTorch's error")
+    # Each frame's caption says what happens at that node: the node before it passes the gradient on.
+    within = [(ran, caption) for (tick, ran, _), caption in zip(seen, captions, strict=True) if tick == 2]
+    for ran, caption in within[:-1]:
+        assert caption.startswith(f"no-retain: backward(), node {ran} of 7: ")
+        if ran > 1:
+            assert f"{fired[ran - 2]} passes the gradient" in caption and caption.endswith(
+                f" to {fired[ran - 1]}."
+            )
+    assert within[-1][1] == captions[seen.index((2, 7, seen[-2][2]))]
+    assert "node" not in within[-1][1]  # the whole traversal: the op's own sentence
+    assert seen[-1][2].startswith("backward() raised in ")

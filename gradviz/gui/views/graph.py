@@ -14,12 +14,11 @@ loss by longest path, order in each layer by the mean position of the parents.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -32,7 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gradviz.gui import fmt
+from gradviz.gui.narration import addition_text, backward_node_sentence, grad_text
 from gradviz.gui.theme import BASE_POINT_SIZE, LIGHT, Theme, run_color
 
 if TYPE_CHECKING:
@@ -53,7 +52,11 @@ RAISED_COLOR = "#D55E00"  # the node a backward raised in (Okabe-Ito vermillion)
 CUT_FILL = "#CFE8F7"  # a tensor cut off its graph (a tint of Okabe-Ito sky blue), drawn dash-dotted
 ANIMATION_MS = 900  # one backward's traversal on Play and after a step, whatever its length
 GAP_X, GAP_Y = 14.0, 26.0
-MIN_SCALE, MAX_SCALE = 0.85, 1.6
+MAX_SCALE = 1.6  # past this the boxes look coarse rather than clearer
+SMALL_TYPE = 0.85  # details and edge labels, against the title's type size
+MIN_POINTS = 7.0  # the least type size (after scaling) the details are drawn at
+GROUPED_TO_FIT = "Drawn one box per layer: node by node it would not fit the view readably."
+TOO_LARGE = "Too large to read whole here: scroll for the rest."
 COMPACT_NODES = 60
 
 
@@ -198,6 +201,9 @@ class Shown:
 class GraphView(QWidget):
     """The autograd graph of one run, synced with the stepper."""
 
+    # Each node of an animated backward: the sentence of what happens there ("" once it has ended).
+    stepped = Signal(str)
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.theme: Theme = LIGHT
@@ -207,6 +213,7 @@ class GraphView(QWidget):
         self.shown: Shown | None = None
         self._moment: Moment | None = None
         self._part: tuple[int, int] | None = None
+        self.fitted = True  # the whole graph drawn is in view
         self._animated_tick = -2
         self._step = 0
         self._timer = QTimer(self)
@@ -329,6 +336,7 @@ class GraphView(QWidget):
             self._timer.stop()
             if self._moment is not None:
                 self.draw(self._moment)
+            self.stepped.emit("")
 
     def _advance(self) -> None:
         self._step += 1
@@ -338,6 +346,19 @@ class GraphView(QWidget):
             self._step = len(shown.graph.order) if shown is not None and shown.graph is not None else 0
         if self._moment is not None:
             self.draw(self._moment)
+        self.stepped.emit(self.part_sentence() or "")
+
+    def part_sentence(self) -> str | None:
+        """What happens at the node a backward drawn in part (animated, or an export's frame within
+        it) has reached, from the captured order and the ledger; None where no backward is in part."""
+        shown = self.shown
+        if shown is None or shown.graph is None or shown.freed or shown.graph.error is not None:
+            return None
+        if not 0 < shown.ran < len(shown.graph.order):
+            return None
+        sentence = backward_node_sentence(shown.graph, shown.ran, self._ledger(shown))
+        several = self.info is not None and len(self.info.runs) > 1
+        return f"{self.run_name}: {sentence}" if several else sentence
 
     def _sentence(self, moment: Moment, graph: Graph | None, tick: int, ran: int, freed: bool) -> str:
         if graph is None:
@@ -348,9 +369,18 @@ class GraphView(QWidget):
         if not graph.nodes:
             return "The loss has no grad_fn: no graph was built, backward() has nothing to walk."
         if graph.error is not None:
+            error = f"PyTorch's error: {first_sentence(graph.error)}"
+            if graph.failed is not None:
+                # PyTorch raises there because that node's saved tensors are gone, whether or not
+                # this view was open when the backward before freed them.
+                name = graph.nodes[graph.failed].name
+                return (
+                    f"backward() raised in {name}: the backward() before freed the tensors {name} "
+                    f"saved for backward. {error}"
+                )
             saved = [s for node in graph.nodes for s in node.saved]
             gone = saved and all(s.freed for s in saved)
-            return f"backward() raised PyTorch's error: {first_sentence(graph.error)}" + (
+            return f"backward() raised {error}" + (
                 " The backward() before freed this graph's saved tensors." if gone else ""
             )
         if not graph.order:
@@ -391,36 +421,67 @@ class GraphView(QWidget):
         )
         if shown is None or shown.graph is None or not shown.graph.nodes:
             return
+        viewport = self.canvas.maximumViewportSize()
+        least = MIN_POINTS / (self.points * SMALL_TYPE)  # the scale at which details stay readable
+
+        def fits(width: float, height: float) -> bool:
+            return min(viewport.width() / width, viewport.height() / height) >= least
+
+        grouped = self.grouped.isChecked()
+        focus = self._draw(shown, grouped, fits)
+        self.fitted = focus is not None
+        if focus is None and not grouped:
+            # Too large to read whole: one box per layer, said in the view, if that fits.
+            focus = self._draw(shown, True, fits)
+            self.fitted = focus is not None
+            if self.fitted:
+                self.note.setText(f"{shown.note} {GROUPED_TO_FIT}".strip())
+        if focus is None:
+            focus = self._draw(shown, grouped, None)
+            assert focus is not None  # drawn without a size to fit
+            self.note.setText(f"{shown.note} {TOO_LARGE}".strip())
+        self._focus = focus
+        rect = self.scene.sceneRect()
+        fit = min(viewport.width() / rect.width(), viewport.height() / rect.height())
+        # The whole graph in view, never blown up past coarse; one too large even grouped is drawn at
+        # the least readable scale and kept on the node that ran last.
+        scale = min(MAX_SCALE, fit if self.fitted else least)
+        self.canvas.resetTransform()
+        self.canvas.scale(scale, scale)
+        if self.fitted:
+            self.canvas.centerOn(rect.center())
+        elif focus.y() < 0:
+            # Nothing running: the top, where the loss is, in view.
+            half = self.canvas.viewport().height() / (2 * scale)
+            self.canvas.centerOn(QPointF(focus.x(), focus.y() + half))
+        else:
+            self.canvas.centerOn(focus)
+
+    def _draw(
+        self, shown: Shown, grouped: bool, fits: Callable[[float, float], bool] | None
+    ) -> QPointF | None:
+        """Build the scene of ``shown`` (one box per layer if ``grouped``); None, with the scene left
+        empty, where ``fits`` says the laid-out graph is too large."""
+        self.scene.clear()
+        assert shown.graph is not None
         members: dict[int, tuple[int, ...]] | None = None
         drawn: Shown = shown
-        if self.grouped.isChecked():
+        if grouped:
             graph, ran, members = collapse(shown.graph, shown.ran)
             drawn = Shown(graph, shown.tick, ran, shown.freed, shown.note)
         # Smooth curves cost a large graph a third of its paint; its many edges read as well without.
         count = len(drawn.graph.nodes) if drawn.graph is not None else 0
         self.canvas.setRenderHint(QPainter.RenderHint.Antialiasing, count <= COMPACT_NODES)
-        self._focus = draw_graph(
+        return draw_graph(
             self.scene,
             drawn,
             self._texts(drawn, shown, members),
             self.theme,
             self._font(True),
-            self._font(False, 0.85),
+            self._font(False, SMALL_TYPE),
             self._leaf_color(),
+            fits,
         )
-        rect = self.scene.sceneRect()
-        self.canvas.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
-        # Neither blown up (coarse) nor shrunk past reading: a tall graph scrolls, kept on the node
-        # that ran last.
-        scale = min(max(self.canvas.transform().m11(), MIN_SCALE), MAX_SCALE)
-        self.canvas.resetTransform()
-        self.canvas.scale(scale, scale)
-        if self._focus is not None and self._focus.y() < 0:
-            # Nothing running: the top, where the loss is, in view.
-            half = self.canvas.viewport().height() / (2 * scale)
-            self.canvas.centerOn(QPointF(self._focus.x(), self._focus.y() + half))
-        elif self._focus is not None:
-            self.canvas.centerOn(self._focus)
 
     def resizeEvent(self, event: Any) -> None:
         super().resizeEvent(event)
@@ -462,7 +523,7 @@ class GraphView(QWidget):
                 lines[1] = " · ".join(f"{names.count(k)}× {k}" if names.count(k) > 1 else k for k in kinds)
                 lines.append("leaves: " + ", ".join(str(p).rsplit(".", 1)[-1] for p in leaves))
             if node.id == graph.failed:
-                lines.append("backward() raised here")
+                lines.append("backward() raised here: saved tensors freed")
             if node.id in lit:
                 lines[0] = f"#{lit[node.id]} {lines[0]}"
                 if node.param is not None and node.param in ledger:
@@ -509,26 +570,6 @@ def fmt_bytes(n: int) -> str:
     return f"{n:,} B" if n < 10_000 else f"{n / 1024:,.0f} KiB"
 
 
-def grad_text(grad: Any) -> str:
-    """An edge's gradient in a few characters: its values when copied and short, else its norm or shape."""
-    if grad is None:
-        return ""
-    if not isinstance(grad, np.ndarray):
-        return "(" + ", ".join(map(str, grad.shape)) + ")"
-    if grad.size <= 2:
-        return fmt.array(grad, limit=2)
-    return f"‖g‖ {fmt.number(float(np.linalg.norm(grad.astype(np.float64))), 3)}"
-
-
-def addition_text(before: np.ndarray | None, added: np.ndarray, after: np.ndarray | None) -> str:
-    """What AccumulateGrad did to ``.grad``: ``-16 + -4 = -20``, or ``None → -4`` on a cleared one."""
-    if before is None:
-        return f".grad: None → {grad_text(after if after is not None else added)}"
-    if added.size <= 2:
-        return f".grad: {grad_text(before)} + {grad_text(added)} = {grad_text(after)}"
-    return f".grad += {grad_text(added)}"
-
-
 def draw_graph(
     scene: QGraphicsScene,
     shown: Shown,
@@ -537,10 +578,14 @@ def draw_graph(
     bold: QFont,
     small: QFont,
     leaf_color: str,
-) -> QPointF:
+    fits: Callable[[float, float], bool] | None = None,
+) -> QPointF | None:
     """Lay out and add the boxes, edges and labels of ``shown`` to ``scene``; the centre of the
     node that ran last (of the first cut, once the whole traversal is drawn), or, where none is
-    running, the top of the scene above the loss."""
+    running, the top of the scene above the loss.
+
+    Where ``fits(width, height)`` says the laid-out graph is too large, nothing is added and the
+    answer is None."""
     from PySide6.QtGui import QFontMetricsF
 
     graph = shown.graph
@@ -571,6 +616,10 @@ def draw_graph(
         big.height() + max(len([t for t in lines[1:] if t]), 1) * little.height() + 2 * pad for lines in boxes
     ]
     corners = layered(len(boxes), [*graph.edges, *cut_edges], widths, heights)
+    right = max((x + w for (x, _), w in zip(corners, widths, strict=True)), default=0.0)
+    bottom = max((y + h for (_, y), h in zip(corners, heights, strict=True)), default=0.0)
+    if fits is not None and not fits(right + 16, bottom + 16):
+        return None
     lit = set(graph.order[: shown.ran])
     faded = shown.freed
     text = QBrush(QColor(theme.muted if faded else "#1b1b1b"))
@@ -660,8 +709,6 @@ def draw_graph(
         detail.setBrush(QBrush(QColor("#1b1b1b")))
         detail.setPos(x + pad, y + pad + big.height())
         detail.setZValue(5)
-    right = max((x + w for (x, _), w in zip(corners, widths, strict=True)), default=0.0)
-    bottom = max((y + h for (_, y), h in zip(corners, heights, strict=True)), default=0.0)
     scene.setSceneRect(QRectF(-8, -8, right + 16, bottom + 16))
     if not shown.ran or faded:
         return QPointF(corners[0][0] + widths[0] / 2, -8.0)
