@@ -38,7 +38,7 @@ def window(qtbot):
 
 def texts(w) -> list[str]:
     """Every line of text drawn in the graph."""
-    items = [i.text() for i in w.graph.scene.items() if isinstance(i, QGraphicsSimpleTextItem)]
+    items = [i.text() for i in w.graph.items.visible() if isinstance(i, QGraphicsSimpleTextItem)]
     return [line for text in items for line in text.split("\n")]
 
 
@@ -253,6 +253,33 @@ def test_one_box_per_layer_holds_each_module_s_nodes(window, run, layers, tanhs)
     assert titles == layers
     # The activations between layers keep their own boxes (D runs twice: on real and on fake).
     assert sum(t.endswith("TanhBackward0") for t in texts(w)) == tanhs
+
+
+def test_one_box_per_layer_draws_a_recurrent_layer_as_its_chain_of_time_steps(window):
+    from gradviz.gui.views.graph import collapse
+
+    w = window("rnn-tbptt")
+    w.graph.grouped.setChecked(True)
+    step(w, 3)  # zero_grad, forward, backward
+    graph = w.graph.shown.graph
+    # One step per tanh a plain walk of the chunk's graph finds: the hidden states it made.
+    _, loss = live_loss("rnn-tbptt", "detach", 1)
+    steps = sum(type(n).__name__ == "TanhBackward0" for n in independent_walk(loss)[0])
+    boxes, _, members = collapse(graph, len(graph.order))
+    names = [n.name for n in boxes.nodes]
+    assert sorted(n for n in names if n.startswith("rnn step")) == sorted(
+        f"rnn step {k}" for k in range(1, steps + 1)
+    )
+    # Each step's box takes in the hidden state of the step before it, as the chain runs.
+    step_id = {n.name: n.id for n in boxes.nodes}
+    for k in range(2, steps + 1):
+        assert (step_id[f"rnn step {k}"], step_id[f"rnn step {k - 1}"]) in boxes.edges
+    # The weights every step shares are one box of leaves; the boxes never make a loop.
+    shared = next(n for n in boxes.nodes if n.name == "rnn parameters")
+    assert {graph.nodes[i].param for i in members[shared.id]} == {"rnn.weight_hh_l0", "rnn.bias_hh_l0"}
+    corners = layered(len(boxes.nodes), boxes.edges, [40.0] * len(names), [20.0] * len(names))
+    assert all(corners[a][1] < corners[b][1] for a, b in boxes.edges)
+    assert any(t.endswith("rnn step 1") for t in texts(w))
 
 
 def test_a_shown_graph_panel_is_remembered_between_launches(tmp_path) -> None:

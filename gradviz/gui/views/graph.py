@@ -23,7 +23,10 @@ from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QGraphicsPathItem,
+    QGraphicsRectItem,
     QGraphicsScene,
+    QGraphicsSimpleTextItem,
     QGraphicsView,
     QHBoxLayout,
     QLabel,
@@ -58,6 +61,7 @@ MIN_POINTS = 7.0  # the least type size (after scaling) the details are drawn at
 GROUPED_TO_FIT = "Drawn one box per layer: node by node it would not fit the view readably."
 TOO_LARGE = "Too large to read whole here: scroll for the rest."
 COMPACT_NODES = 60
+MEMO_LIMIT = 4000  # text widths and layouts a view remembers
 
 
 def layered(
@@ -118,6 +122,9 @@ def module_groups(graph: Graph) -> dict[int, str]:
     weight), and then an operation with a next function among those (``AddmmBackward0``
     beside its bias and transposed weight) unless another module claims it too. An
     activation between layers stays apart, so the chain of layers keeps its shape.
+
+    A module used again and again along a chain (a recurrent layer, once per time step) is
+    grouped by its uses instead (:func:`_time_steps`): one box would be its own input.
     """
     group: dict[int, str] = {}
     for node in graph.nodes:
@@ -133,11 +140,92 @@ def module_groups(graph: Graph) -> dict[int, str]:
         if kids and len(owners) == 1 and None not in owners:
             group[node.id] = owners.pop()  # type: ignore[assignment]
     anchors = dict(group)
+    uses: dict[str, list[int]] = {}
     for node in graph.nodes:  # the layer's own operation, beside its bias and transposed weight
         claims = {anchors[k] for k in children.get(node.id, []) if k in anchors}
         if node.id not in group and node.id != 0 and len(claims) == 1:
             group[node.id] = claims.pop()
+            uses.setdefault(group[node.id], []).append(node.id)
+    for module, ids in uses.items():
+        if len(ids) > 1:
+            _time_steps(graph, module, ids, group, children)
     return group
+
+
+def _time_steps(
+    graph: Graph, module: str, uses: list[int], group: dict[int, str], children: dict[int, list[int]]
+) -> None:
+    """Regroup a ``module`` whose ``uses`` feed one another (a recurrent layer's, each taking the
+    hidden state the one before made) into one box per time step, ``rnn step 1`` the earliest.
+
+    A step holds its use of the module, the operations between it and the next step's use (the
+    addition and activation that make the step's hidden state) and its own transposes; the
+    parameters all steps share form one box of their own. A use outside the chain (the input's
+    projection, made for every step at once) keeps the module's name.
+    """
+    members = {i for i, g in group.items() if g == module}
+    parents: dict[int, list[int]] = {}
+    for a, b in graph.edges:
+        parents.setdefault(b, []).append(a)
+    # Below each use, outside the module: the uses it reaches first, and the length of the way there.
+    reached: dict[int, dict[int, int]] = {}
+    for use in uses:
+        found: dict[int, int] = {}
+        seen = set()
+        frontier = [k for k in children.get(use, []) if k not in members]
+        hops = 1
+        while frontier:
+            below = []
+            for node in frontier:
+                if node in seen:
+                    continue
+                seen.add(node)
+                for k in children.get(node, []):
+                    if k in members:
+                        if k in uses and k != use:
+                            found.setdefault(k, hops)
+                    else:
+                        below.append(k)
+            frontier = below
+            hops += 1
+        reached[use] = found
+    if not any(reached.values()):
+        return
+    # The steps of the chain feed one another the same short way (through the step's addition and
+    # activation); a use reached only further on (the input's projection) is no step.
+    between = min(h for found in reached.values() for h in found.values())
+    reached = {u: {v: h for v, h in found.items() if h == between} for u, found in reached.items()}
+    chain = {u for u, found in reached.items() if found} | {v for found in reached.values() for v in found}
+    # A step's number: one more than the steps it reaches back into.
+    below_of: dict[int, set[int]] = {}
+
+    def earlier(use: int) -> set[int]:
+        if use not in below_of:
+            below_of[use] = set()
+            for v in reached[use]:
+                below_of[use] |= {v, *earlier(v)}
+        return below_of[use]
+
+    for use in chain:
+        key = f"{module} step {len(earlier(use)) + 1}"
+        group[use] = key
+        node = use
+        for _ in range(between):  # up to the step's hidden state: one consumer each
+            ups = [p for p in parents.get(node, []) if p not in members]
+            if len(ups) != 1 or ups[0] == 0 or ups[0] in group:
+                break
+            node = ups[0]
+            group[node] = key
+    shared = f"{module} parameters"
+    for i in sorted(members - chain, key=lambda i: graph.nodes[i].param is not None):
+        if group[i] != module or i in uses:
+            continue
+        owners = {group.get(p) for p in parents.get(i, [])}
+        group[i] = owners.pop() if len(owners) == 1 and None not in owners else shared  # type: ignore[assignment]
+    if not any(group[u] == module for u in uses):  # every use a step: nothing keeps the bare name
+        for i, g in group.items():
+            if g == module:
+                group[i] = shared
 
 
 def collapse(graph: Graph, ran: int) -> tuple[Graph, int, dict[int, tuple[int, ...]]]:
@@ -168,7 +256,8 @@ def collapse(graph: Graph, ran: int) -> tuple[Graph, int, dict[int, tuple[int, .
             nodes.append(first._replace(id=i))
             continue
         saved = tuple(s for j in ids for s in graph.nodes[j].saved)
-        nodes.append(Node(i, group[ids[0]], "parameter", None, None, saved))
+        leafy = any(graph.nodes[j].param is not None for j in ids)
+        nodes.append(Node(i, group[ids[0]], "parameter" if leafy else "operation", None, None, saved))
     edges: list[tuple[int, int]] = []
     sent = []
     for (a, b), grad in zip(graph.edges, graph.sent or (None,) * len(graph.edges), strict=True):
@@ -234,6 +323,10 @@ class GraphView(QWidget):
         self.scene = QGraphicsScene(self)
         # Rebuilt at every draw and never searched: an index would only cost its upkeep.
         self.scene.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.NoIndex)
+        self.items = SceneItems(self.scene)
+        # Text widths at the type size drawn, and the last layouts: a draw that did not fit the view
+        # is drawn again after another was tried, and an animation redraws one graph frame by frame.
+        self._memo: dict[Any, Any] = {}
         self.canvas = QGraphicsView(self.scene)
         self.canvas.setRenderHint(QPainter.RenderHint.Antialiasing)
         self.canvas.setFocusPolicy(Qt.FocusPolicy.NoFocus)
@@ -257,6 +350,7 @@ class GraphView(QWidget):
 
     def set_point_size(self, points: float) -> None:
         self.points = points
+        self._memo.clear()
         self._render()
 
     def set_lab(self, info: LabInfo) -> None:
@@ -410,7 +504,7 @@ class GraphView(QWidget):
         return font
 
     def _render(self) -> None:
-        self.scene.clear()
+        self.items.begin()
         self._focus: QPointF | None = None
         shown = self.shown
         self.note.setText(shown.note if shown is not None else "")
@@ -420,6 +514,7 @@ class GraphView(QWidget):
             else "Autograd graph"
         )
         if shown is None or shown.graph is None or not shown.graph.nodes:
+            self.items.end()
             return
         viewport = self.canvas.maximumViewportSize()
         least = MIN_POINTS / (self.points * SMALL_TYPE)  # the scale at which details stay readable
@@ -441,6 +536,7 @@ class GraphView(QWidget):
             assert focus is not None  # drawn without a size to fit
             self.note.setText(f"{shown.note} {TOO_LARGE}".strip())
         self._focus = focus
+        self.items.end()
         rect = self.scene.sceneRect()
         fit = min(viewport.width() / rect.width(), viewport.height() / rect.height())
         # The whole graph in view, never blown up past coarse; one too large even grouped is drawn at
@@ -462,7 +558,7 @@ class GraphView(QWidget):
     ) -> QPointF | None:
         """Build the scene of ``shown`` (one box per layer if ``grouped``); None, with the scene left
         empty, where ``fits`` says the laid-out graph is too large."""
-        self.scene.clear()
+        self.items.begin()
         assert shown.graph is not None
         members: dict[int, tuple[int, ...]] | None = None
         drawn: Shown = shown
@@ -473,7 +569,7 @@ class GraphView(QWidget):
         count = len(drawn.graph.nodes) if drawn.graph is not None else 0
         self.canvas.setRenderHint(QPainter.RenderHint.Antialiasing, count <= COMPACT_NODES)
         return draw_graph(
-            self.scene,
+            self.items,
             drawn,
             self._texts(drawn, shown, members),
             self.theme,
@@ -481,6 +577,7 @@ class GraphView(QWidget):
             self._font(False, SMALL_TYPE),
             self._leaf_color(),
             fits,
+            self._memo,
         )
 
     def resizeEvent(self, event: Any) -> None:
@@ -521,7 +618,8 @@ class GraphView(QWidget):
                 kinds = dict.fromkeys(n for n in names if n != "AccumulateGrad")
                 leaves = [full.graph.nodes[j].param for j in inside if full.graph.nodes[j].param]
                 lines[1] = " · ".join(f"{names.count(k)}× {k}" if names.count(k) > 1 else k for k in kinds)
-                lines.append("leaves: " + ", ".join(str(p).rsplit(".", 1)[-1] for p in leaves))
+                if leaves:
+                    lines.append("leaves: " + ", ".join(str(p).rsplit(".", 1)[-1] for p in leaves))
             if node.id == graph.failed:
                 lines.append("backward() raised here: saved tensors freed")
             if node.id in lit:
@@ -570,8 +668,70 @@ def fmt_bytes(n: int) -> str:
     return f"{n:,} B" if n < 10_000 else f"{n / 1024:,.0f} KiB"
 
 
+class SceneItems:
+    """A scene's boxes, texts and paths, made once and moved draw after draw.
+
+    Making a large graph's items anew took most of its draw; here a draw
+    (:meth:`begin` to :meth:`end`) reuses the items of the last and hides those it
+    did not need.
+    """
+
+    def __init__(self, scene: QGraphicsScene) -> None:
+        self.scene = scene
+        self._texts: list[QGraphicsSimpleTextItem] = []
+        self._rects: list[QGraphicsRectItem] = []
+        self._paths: list[QGraphicsPathItem] = []
+        self._used = [0, 0, 0]
+
+    def begin(self) -> None:
+        """Start a draw: every item is free to be used again."""
+        self._used = [0, 0, 0]
+
+    def end(self) -> None:
+        """Hide the items this draw did not use."""
+        pools: tuple[list[Any], ...] = (self._texts, self._rects, self._paths)
+        for kind, pool in enumerate(pools):
+            for item in pool[self._used[kind] :]:
+                item.hide()
+
+    def visible(self) -> list[Any]:
+        """The items this draw shows."""
+        return [i for pool in (self._texts, self._rects, self._paths) for i in pool if i.isVisible()]
+
+    def text(self, text: str, font: QFont, brush: QBrush, x: float, y: float, z: float) -> None:
+        item = self._take(self._texts, 0, QGraphicsSimpleTextItem)
+        item.setText(text)
+        item.setFont(font)
+        item.setBrush(brush)
+        item.setPos(x, y)
+        item.setZValue(z)
+
+    def rect(self, rect: QRectF, pen: QPen, brush: QBrush, z: float) -> None:
+        item = self._take(self._rects, 1, QGraphicsRectItem)
+        item.setRect(rect)
+        item.setPen(pen)
+        item.setBrush(brush)
+        item.setZValue(z)
+
+    def path(self, path: QPainterPath, pen: QPen) -> None:
+        item = self._take(self._paths, 2, QGraphicsPathItem)
+        item.setPath(path)
+        item.setPen(pen)
+
+    def _take(self, pool: list[Any], kind: int, make: type) -> Any:
+        k = self._used[kind]
+        self._used[kind] = k + 1
+        if k < len(pool):
+            pool[k].show()
+            return pool[k]
+        item = make()
+        self.scene.addItem(item)
+        pool.append(item)
+        return item
+
+
 def draw_graph(
-    scene: QGraphicsScene,
+    items: SceneItems,
     shown: Shown,
     texts: tuple[list[list[str]], list[str]],
     theme: Theme,
@@ -579,13 +739,15 @@ def draw_graph(
     small: QFont,
     leaf_color: str,
     fits: Callable[[float, float], bool] | None = None,
+    memo: dict[Any, Any] | None = None,
 ) -> QPointF | None:
-    """Lay out and add the boxes, edges and labels of ``shown`` to ``scene``; the centre of the
+    """Lay out and draw the boxes, edges and labels of ``shown`` with ``items``; the centre of the
     node that ran last (of the first cut, once the whole traversal is drawn), or, where none is
     running, the top of the scene above the loss.
 
     Where ``fits(width, height)`` says the laid-out graph is too large, nothing is added and the
-    answer is None."""
+    answer is None. ``memo`` keeps the widths of texts in these fonts and the layouts made
+    from draw to draw."""
     from PySide6.QtGui import QFontMetricsF
 
     graph = shown.graph
@@ -593,13 +755,16 @@ def draw_graph(
     boxes, labels = texts
     big, little = QFontMetricsF(bold), QFontMetricsF(small)
     pad = 6.0
-    # Graphs repeat their texts (class names, shapes): each is measured once.
-    measured: dict[tuple[bool, str], float] = {}
+    # Graphs repeat their texts (class names, shapes), frame after frame: each is measured once.
+    if memo is None:
+        memo = {}
+    elif len(memo) > MEMO_LIMIT:  # edge labels differ from backward to backward: keep it bounded
+        memo.clear()
 
     def advance(t: str, title: bool) -> float:
-        w = measured.get((title, t))
+        w = memo.get((title, t))
         if w is None:
-            w = measured[(title, t)] = (big if title else little).horizontalAdvance(t)
+            w = memo[(title, t)] = (big if title else little).horizontalAdvance(t)
         return w
 
     from gradviz.engine.graph import cut_call, cut_lines
@@ -615,7 +780,13 @@ def draw_graph(
     heights = [
         big.height() + max(len([t for t in lines[1:] if t]), 1) * little.height() + 2 * pad for lines in boxes
     ]
-    corners = layered(len(boxes), [*graph.edges, *cut_edges], widths, heights)
+    arranged = ("layout", (*graph.edges, *cut_edges), tuple(widths), tuple(heights))
+    corners = memo.get(arranged)
+    if corners is None:
+        layouts = [k for k in memo if k[0] == "layout"]
+        for old in layouts[: max(0, len(layouts) - 3)]:
+            del memo[old]
+        corners = memo[arranged] = layered(len(boxes), arranged[1], widths, heights)
     right = max((x + w for (x, _), w in zip(corners, widths, strict=True)), default=0.0)
     bottom = max((y + h for (_, y), h in zip(corners, heights, strict=True)), default=0.0)
     if fits is not None and not fits(right + 16, bottom + 16):
@@ -643,8 +814,8 @@ def draw_graph(
         if label and flowed:
             # Beside the arrow's head: edges leaving one node fan out, so their heads stand apart.
             labelled.append((label, ex, ey - GAP_Y * 0.45))
-    scene.addPath(paths[False], QPen(QColor(theme.muted), 1.2))
-    scene.addPath(paths[True], QPen(hot, 2.4))
+    items.path(paths[False], QPen(QColor(theme.muted), 1.2))
+    items.path(paths[True], QPen(hot, 2.4))
     cut_path = QPainterPath()
     for k, (c, b) in enumerate(cut_edges):
         (xa, ya), (xb, yb) = corners[c], corners[b]
@@ -652,11 +823,12 @@ def draw_graph(
         cut_path.moveTo(sx, sy)
         cut_path.lineTo(ex, ey)
         labelled.append((cut_call(cuts[k]), (sx + ex) / 2, (sy + ey) / 2))
-    scene.addPath(cut_path, QPen(QColor(theme.text), 1.6, Qt.PenStyle.DashLine))
+    items.path(cut_path, QPen(QColor(theme.text), 1.6, Qt.PenStyle.DashLine))
     back = QBrush(QColor(theme.base))
+    label_brush = QBrush(QColor(theme.text))
     placed: list[QRectF] = [QRectF(x, y, w, h) for (x, y), w, h in zip(corners, widths, heights, strict=True)]
     for label, cx, cy in labelled:
-        w = little.horizontalAdvance(label)
+        w = advance(label, False)
         h = little.height()
         # Edges meeting at one node bring their labels together: one moves a line up or down, off
         # the boxes and the labels placed, or is left out rather than drawn over another.
@@ -666,11 +838,8 @@ def draw_graph(
             continue
         placed.append(rect)
         cy = rect.center().y()
-        scene.addRect(rect, QPen(Qt.PenStyle.NoPen), back).setZValue(2)
-        item = scene.addSimpleText(label, small)
-        item.setPos(cx - w / 2, cy - h / 2)
-        item.setBrush(QBrush(QColor(theme.text)))
-        item.setZValue(3)
+        items.rect(rect, QPen(Qt.PenStyle.NoPen), back, 2)
+        items.text(label, small, label_brush, cx - w / 2, cy - h / 2, 3)
     for node, lines, (x, y), w, height in zip(
         graph.nodes, boxes[:count], corners[:count], widths[:count], heights[:count], strict=True
     ):
@@ -685,31 +854,20 @@ def draw_graph(
             fill.setAlpha(110)
             border.setAlpha(140)
         pen = QPen(border, width, KIND_BORDER[node.kind])
-        scene.addRect(QRectF(x, y, w, height), pen, QBrush(fill)).setZValue(4)
-        title = scene.addSimpleText(lines[0], bold)
-        title.setBrush(text)
-        title.setPos(x + pad, y + pad)
-        title.setZValue(5)
+        items.rect(QRectF(x, y, w, height), pen, QBrush(fill), 4)
+        items.text(lines[0], bold, text, x + pad, y + pad, 5)
         rest = "\n".join(t for t in lines[1:] if t)
         if rest:
-            detail = scene.addSimpleText(rest, small)
-            detail.setBrush(text)
-            detail.setPos(x + pad, y + pad + big.height())
-            detail.setZValue(5)
+            items.text(rest, small, text, x + pad, y + pad + big.height(), 5)
     for k in range(len(cuts)):
         i = count + k
         (x, y), w, height, lines = corners[i], widths[i], heights[i], boxes[i]
         pen = QPen(QColor(theme.text), 1.6, Qt.PenStyle.DashDotLine)
-        scene.addRect(QRectF(x, y, w, height), pen, QBrush(QColor(CUT_FILL))).setZValue(4)
-        title = scene.addSimpleText(lines[0], bold)
-        title.setBrush(QBrush(QColor("#1b1b1b")))
-        title.setPos(x + pad, y + pad)
-        title.setZValue(5)
-        detail = scene.addSimpleText("\n".join(lines[1:]), small)
-        detail.setBrush(QBrush(QColor("#1b1b1b")))
-        detail.setPos(x + pad, y + pad + big.height())
-        detail.setZValue(5)
-    scene.setSceneRect(QRectF(-8, -8, right + 16, bottom + 16))
+        ink = QBrush(QColor("#1b1b1b"))
+        items.rect(QRectF(x, y, w, height), pen, QBrush(QColor(CUT_FILL)), 4)
+        items.text(lines[0], bold, ink, x + pad, y + pad, 5)
+        items.text("\n".join(lines[1:]), small, ink, x + pad, y + pad + big.height(), 5)
+    items.scene.setSceneRect(QRectF(-8, -8, right + 16, bottom + 16))
     if not shown.ran or faded:
         return QPointF(corners[0][0] + widths[0] / 2, -8.0)
     if cuts and shown.ran == len(graph.order):
