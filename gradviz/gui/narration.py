@@ -316,5 +316,16 @@ def backward_node_sentence(graph: Graph, ran: int, additions: Mapping[str, str])
         added = additions.get(node.param)
         into = f": {added.replace('.grad: ', '.grad ', 1)}" if added else ""
         return f"{head}{who} {passes} to AccumulateGrad({node.param}){into}."
-    value = grad_text(graph.sent[sent[0][0]]) if len(sent) == 1 and graph.sent else ""
-    return f"{head}{who} {passes}{' ' + value if value else ''} to {node.name}."
+    grad = graph.sent[sent[0][0]] if len(sent) == 1 and graph.sent else None
+    return f"{head}{who} {passes}{_carried(grad)} to {node.name}."
+
+
+def _carried(grad: Any) -> str:
+    """The gradient along an edge as the sentence says it: its values, norm, or shape."""
+    if grad is None:
+        return ""
+    if not isinstance(grad, np.ndarray):
+        return " of shape (" + ", ".join(map(str, grad.shape)) + ")"
+    if grad.size <= 2:
+        return " " + grad_text(grad)
+    return f" of norm {fmt.number(float(np.linalg.norm(grad.astype(np.float64))), 3)}"

@@ -3,9 +3,12 @@ the addition into .grad, the GAN's cut, the freed graph, and capture only while 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
-from PySide6.QtWidgets import QGraphicsSimpleTextItem
+from PySide6.QtCore import QRectF
+from PySide6.QtWidgets import QApplication, QGraphicsSimpleTextItem
 
 from gradviz.engine import Lab, load_builtin
 from gradviz.gui.narration import backward_node_sentence
@@ -340,3 +343,48 @@ def test_an_export_lights_a_backward_node_by_node_in_pytorchs_order(qapp, tmp_pa
     assert within[-1][1] == captions[seen.index((2, 7, seen[-2][2]))]
     assert "node" not in within[-1][1]  # the whole traversal: the op's own sentence
     assert seen[-1][2].startswith("backward() raised in ")
+
+
+def _fitted_view(graph, size: tuple[int, int]):
+    from gradviz.gui.views.graph import GraphView, Shown
+
+    view = GraphView()
+    view.resize(*size)
+    view.show()
+    QApplication.processEvents()
+    view.shown = Shown(graph, 0, len(graph.order), False, "")
+    view._render()
+    return view
+
+
+def test_a_wide_graph_is_fitted_whole_into_the_view_at_a_readable_type_size(qapp):
+    from gradviz.engine.graph import capture_graph
+    from gradviz.gui.views.graph import MIN_POINTS, SMALL_TYPE, TOO_LARGE
+
+    graph = capture_graph(load_builtin("gan-detach"), "no-detach")  # D's loss reaching G: 26 nodes
+    view = _fitted_view(graph, (1280, 720))
+    scale = view.canvas.transform().m11()
+    assert view.fitted and view.points * SMALL_TYPE * scale >= MIN_POINTS
+    # Every box and label lies inside the viewport: nothing to scroll to, sideways or down.
+    drawn = QRectF()
+    for item in view.items.visible():
+        drawn = drawn.united(item.sceneBoundingRect())
+    shown = view.canvas.mapFromScene(drawn).boundingRect()
+    assert view.canvas.viewport().rect().contains(shown)
+    assert len([t for t in texts(SimpleNamespace(graph=view)) if "AccumulateGrad" in t]) == 8
+    # Too small for it even one box per layer: drawn at the least readable size, and said.
+    small = _fitted_view(graph, (500, 300))
+    assert not small.fitted and small.note.text().endswith(TOO_LARGE)
+    assert small.points * SMALL_TYPE * small.canvas.transform().m11() == pytest.approx(MIN_POINTS)
+
+
+def test_a_graph_too_large_node_by_node_is_drawn_one_box_per_layer_and_says_so(qapp):
+    from gradviz.engine.graph import capture_graph
+    from gradviz.gui.views.graph import GROUPED_TO_FIT
+
+    graph = capture_graph(load_builtin("rnn-tbptt"))  # 47 nodes, a chain of 8 time steps
+    view = _fitted_view(graph, (900, 1100))
+    assert view.fitted and view.note.text().endswith(GROUPED_TO_FIT)
+    assert not view.grouped.isChecked()  # the reader's choice stays as it was
+    drawn = texts(SimpleNamespace(graph=view))
+    assert any(t.endswith("rnn step 8") for t in drawn) and not any(t[-13:] == "TanhBackward0" for t in drawn)
