@@ -84,7 +84,8 @@ def dot_layout(graph: Graph) -> None:
 
 def view_draw(graph: Graph) -> Callable[[], object]:
     """The graph view's layout and draw of ``graph`` (traversal done, every edge labelled), painted
-    as the window paints it (the view at its readable scale, scrolled to the last node run)."""
+    as the window paints it: fitted whole where it can be, else one box per layer, else at the
+    least readable scale, scrolled to the last node run (a 200-node chain tries all three)."""
     from PySide6.QtGui import QImage
 
     from gradviz.gui.views.graph import GraphView, Shown
