@@ -211,6 +211,13 @@ def test_the_view_opened_between_two_backwards_names_the_node_whose_saved_tensor
     graph = w.graph.shown.graph
     assert graph.nodes[graph.failed].name == name
     assert "backward() raised here: saved tensors freed" in texts(w)
+    # Opened only after the run raised: the graph is that backward's, from a replay of the scenario.
+    late = window("backward-twice", graph=False)
+    step(late, 4)
+    late.show_panel("graph", True)
+    late.redraw()
+    assert late.graph.note.text() == w.graph.note.text()
+    assert late.graph.shown.graph.failed == graph.failed
 
 
 def test_after_step_the_graph_is_drawn_freed_and_says_so(window):

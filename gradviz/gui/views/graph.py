@@ -61,6 +61,8 @@ MIN_POINTS = 7.0  # the least type size (after scaling) the details are drawn at
 GROUPED_TO_FIT = "Drawn one box per layer: node by node it would not fit the view readably."
 TOO_LARGE = "Too large to read whole here: scroll for the rest."
 COMPACT_NODES = 60
+# A backward that raised while the view was closed is replayed to show where, up to this iteration.
+REPLAY_ITERATIONS = 50
 MEMO_LIMIT = 4000  # text widths and layouts a view remembers
 
 
@@ -303,6 +305,7 @@ class GraphView(QWidget):
         self._moment: Moment | None = None
         self._part: tuple[int, int] | None = None
         self.fitted = True  # the whole graph drawn is in view
+        self._replays: dict[tuple[int, str, int], Graph | None] = {}
         self._animated_tick = -2
         self._step = 0
         self._timer = QTimer(self)
@@ -392,6 +395,17 @@ class GraphView(QWidget):
         if self.info is None or run is None:
             return
         graph, tick = moment.graph(run)
+        raised = moment.record(run)
+        if (
+            raised is not None
+            and raised.error
+            and raised.slot.op == "backward"
+            and (graph is None or tick < raised.tick)
+        ):
+            # The view was closed when the run raised: the graph it raised in, from a replay.
+            replayed = self._replayed(moment, raised)
+            if replayed is not None:
+                graph, tick = replayed, raised.tick
         ran = 0
         freed = False
         if graph is not None:
@@ -411,6 +425,25 @@ class GraphView(QWidget):
                 ran = min(len(graph.order), max(1, -(-len(graph.order) * done // parts)))
         self.shown = Shown(graph, tick, ran, freed, self._sentence(moment, graph, tick, ran, freed))
         self._render()
+
+    def _replayed(self, moment: Moment, rec: Any) -> Graph | None:
+        """The graph of the backward ``rec`` raised in, captured by running its scenario again up to
+        it (as ``gradviz graph`` does); None past :data:`REPLAY_ITERATIONS` or where that fails."""
+        from gradviz.engine.errors import UserError
+        from gradviz.engine.graph import capture_graph
+
+        key = (id(moment.info), rec.run, rec.tick)
+        if key not in self._replays:
+            graph = None
+            run = moment.info.run(rec.run)
+            if rec.iteration < REPLAY_ITERATIONS and rec.slot in run.ops:
+                k = sum(1 for s in run.ops[: run.ops.index(rec.slot) + 1] if s.op == "backward")
+                try:
+                    graph = capture_graph(moment.info.scenario, rec.run, rec.iteration, k)
+                except (UserError, RuntimeError, ValueError, KeyError):
+                    graph = None  # not to be made again (a recording's file gone): say what is known
+            self._replays = {key: graph}
+        return self._replays[key]
 
     def backward_length(self, moment: Moment) -> int:
         """How many nodes ran in the drawn run's backward at ``moment``'s own tick (0: no backward there)."""
