@@ -290,6 +290,12 @@ def test_one_box_per_layer_draws_a_recurrent_layer_as_its_chain_of_time_steps(wi
     corners = layered(len(boxes.nodes), boxes.edges, [40.0] * len(names), [20.0] * len(names))
     assert all(corners[a][1] < corners[b][1] for a, b in boxes.edges)
     assert any(t.endswith("rnn step 1") for t in texts(w))
+    # Halfway through the backward, the sentence names the node PyTorch ran and the box it is in.
+    w.graph.show_part((1, 2))
+    w.graph.draw(w.controller.moment())
+    node = graph.nodes[graph.order[w.graph.shown.ran - 1]]
+    box = next(b.name for b in boxes.nodes if node.id in members[b.id])
+    assert w.graph.part_sentence().endswith(f" to {node.name} (in {box}).")
 
 
 def test_a_shown_graph_panel_is_remembered_between_launches(tmp_path) -> None:

@@ -305,6 +305,7 @@ class GraphView(QWidget):
         self._moment: Moment | None = None
         self._part: tuple[int, int] | None = None
         self.fitted = True  # the whole graph drawn is in view
+        self.boxed = False  # drawn one box per layer
         self._replays: dict[tuple[int, str, int], Graph | None] = {}
         self._animated_tick = -2
         self._step = 0
@@ -484,6 +485,10 @@ class GraphView(QWidget):
         if not 0 < shown.ran < len(shown.graph.order):
             return None
         sentence = backward_node_sentence(shown.graph, shown.ran, self._ledger(shown))
+        if self.boxed:
+            # The node is inside a box: say which, as the box is what the reader sees light up.
+            box = module_groups(shown.graph).get(shown.graph.order[shown.ran - 1])
+            sentence = sentence if box is None else f"{sentence[:-1]} (in {box})."
         several = self.info is not None and len(self.info.runs) > 1
         return f"{self.run_name}: {sentence}" if several else sentence
 
@@ -555,13 +560,13 @@ class GraphView(QWidget):
         def fits(width: float, height: float) -> bool:
             return min(viewport.width() / width, viewport.height() / height) >= least
 
-        grouped = self.grouped.isChecked()
+        grouped = self.boxed = self.grouped.isChecked()
         focus = self._draw(shown, grouped, fits)
         self.fitted = focus is not None
         if focus is None and not grouped:
             # Too large to read whole: one box per layer, said in the view, if that fits.
             focus = self._draw(shown, True, fits)
-            self.fitted = focus is not None
+            self.fitted = self.boxed = focus is not None
             if self.fitted:
                 self.note.setText(f"{shown.note} {GROUPED_TO_FIT}".strip())
         if focus is None:
