@@ -342,7 +342,7 @@ class SurfaceState:
         (x0, x1), (y0, y1) = self.extent
         width, height = self.pixels
         cell = (cell_size(x1 - x0, width), cell_size(y1 - y0, height))
-        return self._runs[index].drawn(length, cell)
+        return self._runs[index].drawn(length, cell, self.extent)
 
     def last_point(self, index: int, length: int) -> tuple[float, float] | None:
         """Run ``index``'s current point: the last finite one of its first ``length`` points, or None."""
