@@ -308,6 +308,11 @@ class Run:
         """
         return Snapshot(self._weights_now(), self._copy_grads() if grads else self._no_grads)
 
+    def param_copy(self) -> np.ndarray:
+        """The parameters now, copied end to end into one float32 array (the layout's order)."""
+        views = self._param_views
+        return join(views) if views is not None else flat_copy(self.tensors)
+
     def _param_norm(self) -> float:
         """Norm of all parameters now; inf or nan when one of them is."""
         views = self._param_views

@@ -15,6 +15,7 @@ Qt-free.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,6 +40,24 @@ BLOCK = 4096
 # sides on multiples of this many cells, so that a range that moves a little keeps the box: a run
 # flung far off the plot then costs a few samples per step instead of thousands.
 BOX_CELLS = 256
+
+
+@dataclass(frozen=True, eq=False)
+class PlanePath:
+    """One run's whole path projected onto a new plane where the lab lives (its every step, the
+    thinned past's replayed), for a window that no longer keeps those records itself.
+
+    Attributes
+    ----------
+    op_points:
+        For each of the run's ops so far, the index of the point it leaves the run at.
+    coords, residuals:
+        The start and then one point per step: plane coordinates ``(M, 2)`` and distances off the plane.
+    """
+
+    op_points: np.ndarray
+    coords: np.ndarray
+    residuals: np.ndarray
 
 
 def cell_size(span: float, pixels: float) -> float:
