@@ -15,6 +15,7 @@ Qt-free.
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,7 +82,7 @@ class RunPath:
         self._xy = np.empty((64, 2), dtype=np.float64)
         self._residuals = np.empty(64, dtype=np.float64)
         self._n = 0
-        self.op_points: list[int] = []
+        self.op_points = array("i")  # 4 bytes an op: a long Play's every op has one
         self._reset_cells(None)
 
     def __len__(self) -> int:
@@ -90,7 +91,7 @@ class RunPath:
     def clear(self) -> None:
         """Forget every point (a new plane, or a history that went back)."""
         self._n = 0
-        self.op_points = []
+        self.op_points = array("i")
         self._reset_cells(None)
 
     def extend(self, points: np.ndarray, residuals: np.ndarray) -> None:
