@@ -11,6 +11,7 @@ import difflib
 import math
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import torch
 
 from gradviz.engine.devices import resolve_device
@@ -277,15 +278,20 @@ class Lab:
         """The full record of op ``index`` of a run: kept, or rebuilt by replay from a keyframe."""
         return self.history[run_name].records[index]
 
+    def _shadow(self, run_name: str, r: int) -> Run:
+        """The second copy of run ``r`` that rebuilds and replays perform on, made when first needed."""
+        shadow = self._shadows.get(run_name)
+        if shadow is None:
+            shadow = self._shadows[run_name] = Run(self.scenario.runs[r], self.scenario, self.device)
+        return shadow
+
     def _rebuild(self, run_name: str, index: int) -> OpRecord:
         """The record of op ``index`` of a run, made again by replaying its ops on a second copy of it."""
         if self.streaming:
             raise ValueError("a streaming lab keeps no earlier ops to rebuild")
         h = self.history[run_name]
         r = [x.name for x in self.runs].index(run_name)
-        shadow = self._shadows.get(run_name)
-        if shadow is None:
-            shadow = self._shadows[run_name] = Run(self.scenario.runs[r], self.scenario, self.device)
+        shadow = self._shadow(run_name, r)
         tick = h.ticks[index]
         start = (tick // self.ticks_per_iteration) * self.ticks_per_iteration
         # Going on from the last rebuild is cheaper than from the keyframe when it lies
@@ -296,6 +302,46 @@ class Lab:
         assert record is not None and record.tick == tick
         self._shadow_at[run_name] = tick
         return record
+
+    def step_params(self, run_name: str, block: int = 4096) -> Iterator[np.ndarray]:
+        """The run's parameters after each of its ``step`` ops so far, in order, ``block`` at a time
+        (``(k, P)`` float32 arrays): the kept records' own, and the thinned past's replayed from
+        the start on a second copy of the run, exactly as they were.
+
+        Memory stays at one block however long the history; the path of a plane made late in a
+        long session is drawn from these.
+        """
+        if self.streaming:
+            raise ValueError("a streaming lab keeps no earlier ops to replay")
+        h = self.history[run_name]
+        r = [x.name for x in self.runs].index(run_name)
+        tpi = self.ticks_per_iteration
+        kept_from = h.recent_from if h.keep_records else len(h)
+        out: list[np.ndarray] = []
+        if kept_from > 0:
+            # Ops whose records are gone: replayed from the start, the parameters read after each step.
+            shadow = self._shadow(run_name, r)
+            self._shadow_at.pop(run_name, None)  # where the last rebuild left it no longer holds
+            shadow.restore(*h.keyframe(0))
+            end = h.ticks[kept_from - 1 - h.forgotten]
+            for t in range(end + 1):
+                slot = self.schedule[t % tpi][r]
+                if slot is None or not shadow.active:
+                    continue
+                shadow.execute(slot, t // tpi, t, "replay")
+                if slot.op == "step":
+                    out.append(shadow.param_copy())
+                    if len(out) == block:
+                        yield np.stack(out)
+                        out = []
+        for rec in h.recent[max(kept_from - h.recent_from, 0) :]:
+            if rec.slot.op == "step":
+                out.append(rec.snapshot.param_flat)
+                if len(out) == block:
+                    yield np.stack(out)
+                    out = []
+        if out:
+            yield np.stack(out)
 
     def record_at(self, run_name: str, tick: int) -> OpRecord | None:
         """The record of the run's last op at or before ``tick``; ``None`` before its first."""

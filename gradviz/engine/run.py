@@ -64,6 +64,7 @@ class Run:
         self.param_norm = 0.0
         self._state_layout: StateLayout | None = None
         self._no_grads = Grads(EMPTY, (False,) * len(self.tensors))
+        self._all_present = (True,) * len(self.tensors)
         # Parameters are only ever changed in place, so views of them stay valid.
         self._param_views = numpy_views(self.tensors)
         self._grad_writers = self._ops_writing_grads()
@@ -230,15 +231,19 @@ class Run:
     def _record(self, slot: OpSlot, iteration: int, tick: int, index: int) -> OpRecord:
         """The record of ``slot``'s op, just performed: copies of what it changed, shared the rest."""
         before = self.current
+        op = slot.op
         weights, grads = before.weights, before.grad_copy
-        if slot.op in self._grad_writers:
+        if op in self._grad_writers:
             grads = self._copy_grads()
             self.grad_norm = _norm([grads.flat]) if grads.flat.size else 0.0
-        if slot.op == "step":
+        if op == "step":
             weights = self._weights_now()
-            self._measure("step")
+            # The norm of the copy just made: the same numbers as the live parameters'.
+            self.param_norm = _norm([weights.param_flat])
+            if not math.isfinite(self.param_norm):
+                self.status = "diverged"
         fresh = prior = None
-        if slot.op == "backward":
+        if op == "backward":
             prior = before.grad_copy
             # Where every .grad was None, autograd made .grad exactly what it delivered.
             fresh = self._fresh_copy() if self._hooks else grads
@@ -257,6 +262,8 @@ class Run:
         """Every ``.grad`` now, copied; ``None`` ones marked absent."""
         grads = [p.grad for p in self.tensors]
         present = tuple([g is not None for g in grads])
+        if present == self._all_present:
+            return Grads(flat_copy(grads), self._all_present)  # type: ignore[arg-type]  # none is None
         if True not in present:
             return self._no_grads
         return Grads(flat_copy([g for g in grads if g is not None]), present)
@@ -307,6 +314,11 @@ class Run:
         :attr:`grads_unread_at_iteration_start`).
         """
         return Snapshot(self._weights_now(), self._copy_grads() if grads else self._no_grads)
+
+    def param_copy(self) -> np.ndarray:
+        """The parameters now, copied end to end into one float32 array (the layout's order)."""
+        views = self._param_views
+        return join(views) if views is not None else flat_copy(self.tensors)
 
     def _param_norm(self) -> float:
         """Norm of all parameters now; inf or nan when one of them is."""

@@ -4,7 +4,8 @@ A path gains a point with every step. Drawn whole, a frame of a long Play would
 hand the plot tens of thousands of points, most of them on pixels already
 painted. So a long path is drawn as those of its segments (point to point) that
 reach a cell of a couple of pixels no earlier segment reached: a segment only
-over cells already painted adds nothing to the picture and is left out. What is
+over cells already painted adds nothing to the picture and is left out; only the part of a segment
+near the range shown is looked at, so a run flung far off the plot costs no more. What is
 drawn is then bounded by the pixels the path covers, not by its history. The
 newest points are always drawn exactly, and a moment further back is drawn from
 the segments made by then, so going back shows exactly what that moment showed.
@@ -14,8 +15,13 @@ Qt-free.
 from __future__ import annotations
 
 import math
+from array import array
+from dataclasses import dataclass
 
 import numpy as np
+
+Extent = tuple[tuple[float, float], tuple[float, float]]
+Box = tuple[tuple[float, float], tuple[float, float]]  # cells across and up, counted from the origin
 
 # Paths of up to this many points are drawn whole, point by point.
 WHOLE = 2000
@@ -31,6 +37,28 @@ CELL_LIMIT = 2**15 - 1
 # in one go (bounding the samples' memory when a long history is thinned for the first time).
 MAX_SAMPLES = 4 * CELL_LIMIT
 BLOCK = 4096
+# Cells are looked at only inside a box around the range shown (the range again on every side), its
+# sides on multiples of this many cells, so that a range that moves a little keeps the box: a run
+# flung far off the plot then costs a few samples per step instead of thousands.
+BOX_CELLS = 256
+
+
+@dataclass(frozen=True, eq=False)
+class PlanePath:
+    """One run's whole path projected onto a new plane where the lab lives (its every step, the
+    thinned past's replayed), for a window that no longer keeps those records itself.
+
+    Attributes
+    ----------
+    op_points:
+        For each of the run's ops so far, the index of the point it leaves the run at.
+    coords, residuals:
+        The start and then one point per step: plane coordinates ``(M, 2)`` and distances off the plane.
+    """
+
+    op_points: np.ndarray
+    coords: np.ndarray
+    residuals: np.ndarray
 
 
 def cell_size(span: float, pixels: float) -> float:
@@ -54,7 +82,7 @@ class RunPath:
         self._xy = np.empty((64, 2), dtype=np.float64)
         self._residuals = np.empty(64, dtype=np.float64)
         self._n = 0
-        self.op_points: list[int] = []
+        self.op_points = array("i")  # 4 bytes an op: a long Play's every op has one
         self._reset_cells(None)
 
     def __len__(self) -> int:
@@ -63,7 +91,7 @@ class RunPath:
     def clear(self) -> None:
         """Forget every point (a new plane, or a history that went back)."""
         self._n = 0
-        self.op_points = []
+        self.op_points = array("i")
         self._reset_cells(None)
 
     def extend(self, points: np.ndarray, residuals: np.ndarray) -> None:
@@ -97,19 +125,22 @@ class RunPath:
         return None
 
     # ------------------------------------------------------------- drawing
-    def drawn(self, n: int, cell: tuple[float, float]) -> np.ndarray:
+    def drawn(self, n: int, cell: tuple[float, float], view: Extent | None = None) -> np.ndarray:
         """The first ``n`` points as drawn (cells ``cell`` units a side): a polyline, NaN between pieces.
 
         Up to :data:`WHOLE` points it is the points themselves. Beyond, it is each
         segment that reaches a cell no earlier segment reached, and the last
         :data:`EXACT_TAIL` points whole; a point that is not finite is always kept
-        (it ends a piece, as the whole path would).
+        (it ends a piece, as the whole path would). With ``view``, the range shown, a
+        segment counts only where it passes the box around it (see :data:`BOX_CELLS`):
+        one that stays outside it is left out, as the plot would clip it.
         """
         n = min(n, self._n)
         if n <= WHOLE:
             return self._xy[:n]
-        if cell != self._cell:
-            self._reset_cells(cell)
+        box = self._box(cell, view)
+        if cell != self._cell or box != self._clip:
+            self._reset_cells(cell, view)
         if self._classified < n:
             self._classify(n)
         firsts = self._firsts[: np.searchsorted(self._firsts[: self._count], n)]
@@ -117,14 +148,44 @@ class RunPath:
         keep = np.concatenate([firsts[firsts < tail], np.arange(tail, n)])
         return _pieces(self._xy, keep)
 
-    def _reset_cells(self, cell: tuple[float, float] | None) -> None:
-        self._cell = cell
-        self._origin = (0.0, 0.0)
-        if cell is not None and self._n:
-            # Cells count from a point of the path, so their indices stay small wherever it lies.
+    def _origin_of(self, cell: tuple[float, float] | None, view: Extent | None = None) -> tuple[float, float]:
+        """Where cells count from, so that their indices stay small: the middle of ``view`` (on a
+        multiple of :data:`BOX_CELLS` cells, so that it stays while the range moves a little), else
+        the path's first point."""
+        if cell is None:
+            return (0.0, 0.0)
+        if view is not None:
+            (x0, x1), (y0, y1) = view
+            step = (BOX_CELLS * cell[0], BOX_CELLS * cell[1])
+            mid = ((x0 + x1) / 2, (y0 + y1) / 2)
+            if all(math.isfinite(m) for m in mid):
+                return (math.floor(mid[0] / step[0]) * step[0], math.floor(mid[1] / step[1]) * step[1])
+        if self._n:
             x, y = self._xy[0]
             if math.isfinite(x) and math.isfinite(y):
-                self._origin = (math.floor(x / cell[0]) * cell[0], math.floor(y / cell[1]) * cell[1])
+                return (math.floor(x / cell[0]) * cell[0], math.floor(y / cell[1]) * cell[1])
+        return (0.0, 0.0)
+
+    def _box(self, cell: tuple[float, float], view: Extent | None) -> Box | None:
+        """The box of cells around ``view`` that segments are looked at in, or None for all of them."""
+        if view is None:
+            return None
+        origin = self._origin_of(cell, view)
+        sides = []
+        for (lo, hi), size, start in zip(view, cell, origin, strict=True):
+            width = hi - lo
+            a, b = (lo - width - start) / size, (hi + width - start) / size
+            if not (math.isfinite(a) and math.isfinite(b)):
+                return None
+            a = max(math.floor(a / BOX_CELLS) * BOX_CELLS, -CELL_LIMIT)
+            b = min(math.ceil(b / BOX_CELLS) * BOX_CELLS, CELL_LIMIT)
+            sides.append((float(a), float(max(a, b))))
+        return (sides[0], sides[1])
+
+    def _reset_cells(self, cell: tuple[float, float] | None, view: Extent | None = None) -> None:
+        self._cell = cell
+        self._origin = self._origin_of(cell, view)
+        self._clip = None if cell is None else self._box(cell, view)
         self._seen: set[int] = set()
         self._firsts = np.empty(256, dtype=np.int64)
         self._count = 0
@@ -141,15 +202,20 @@ class RunPath:
         xy = self._xy[max(a - 1, 0) : n]
         ok = np.asarray(np.isfinite(xy).all(axis=1))
         scale = np.array(self._cell)
-        at = np.clip((np.where(ok[:, None], xy, 0.0) - self._origin) / scale, -CELL_LIMIT, CELL_LIMIT)
+        at = (np.where(ok[:, None], xy, 0.0) - self._origin) / scale
+        if self._clip is None:
+            at = np.clip(at, -CELL_LIMIT, CELL_LIMIT)
         if a == 0:
             # The start is a segment from its own point to itself.
             at, ok = np.concatenate([at[:1], at]), np.concatenate([ok[:1], ok])
         start, span = at[:-1], at[1:] - at[:-1]
         finite = ok[:-1] & ok[1:]
+        inside = finite
+        if self._clip is not None:  # clipped before anything is rounded: each part keeps its direction
+            start, span, inside = _clipped(start, span, finite, self._clip)
         # Each segment sampled at most a cell apart: the cells it crosses hold a sample (a corner cut aside).
         steps = np.minimum(np.ceil(np.abs(span).max(axis=1)), MAX_SAMPLES).astype(np.int64)
-        count = np.where(finite, steps + 1, 0)
+        count = np.where(inside, steps + 1, 0)
         segment = np.repeat(np.arange(len(start)), count)
         first_of = np.repeat(np.cumsum(count) - count, count)
         t = (np.arange(len(segment)) - first_of) / np.maximum(steps[segment], 1)
@@ -170,6 +236,24 @@ class RunPath:
             self._firsts = np.resize(self._firsts, max(2 * len(self._firsts), need))
         self._firsts[self._count : need] = indices
         self._count = need
+
+
+def _clipped(start: np.ndarray, span: np.ndarray, finite: np.ndarray, box: Box) -> tuple[np.ndarray, ...]:
+    """The part of each segment ``start + t * span`` (``0 <= t <= 1``) inside ``box``, and which
+    segments have one (Liang and Barsky's clipping, every segment at once)."""
+    t0, t1 = np.zeros(len(start)), np.ones(len(start))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for axis, (lo, hi) in enumerate(box):
+            p, d = start[:, axis], span[:, axis]
+            a, b = (lo - p) / d, (hi - p) / d
+            along = d == 0
+            within = (p >= lo) & (p <= hi)
+            enter = np.where(along, np.where(within, -np.inf, np.inf), np.minimum(a, b))
+            leave = np.where(along, np.where(within, np.inf, -np.inf), np.maximum(a, b))
+            t0, t1 = np.maximum(t0, enter), np.minimum(t1, leave)
+    inside = finite & (t0 <= t1)
+    t0, t1 = np.where(inside, t0, 0.0), np.where(inside, t1, 0.0)
+    return start + t0[:, None] * span, (t1 - t0)[:, None] * span, inside
 
 
 def _pieces(xy: np.ndarray, keep: np.ndarray) -> np.ndarray:

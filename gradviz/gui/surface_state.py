@@ -239,8 +239,12 @@ class SurfaceState:
             self.home = surface.extent
         if new_plane or self.mode == "curve":
             # Path points are plane coordinates (or heights on the curve): they change with it.
-            for run in self._runs:
+            for i, run in enumerate(self._runs):
                 run.clear()
+                if surface.paths is not None:  # the lab's whole path, older steps than the window keeps
+                    path = surface.paths[i]
+                    run.extend(*self._placed(path.coords, path.residuals))
+                    run.op_points.frombytes(path.op_points.astype(np.int32).tobytes())
         (x0, x1), (y0, y1) = surface.extent
         if self.mode == "curve":
             shown, (lo, hi) = curve_shown(np.asarray(surface.Z[:, 0], dtype=np.float64))
@@ -342,7 +346,7 @@ class SurfaceState:
         (x0, x1), (y0, y1) = self.extent
         width, height = self.pixels
         cell = (cell_size(x1 - x0, width), cell_size(y1 - y0, height))
-        return self._runs[index].drawn(length, cell)
+        return self._runs[index].drawn(length, cell, self.extent)
 
     def last_point(self, index: int, length: int) -> tuple[float, float] | None:
         """Run ``index``'s current point: the last finite one of its first ``length`` points, or None."""
@@ -361,10 +365,13 @@ class SurfaceState:
         from gradviz.engine.landscape import project
 
         proj = project(self.plane.plane, np.stack(flats))
-        coords = proj.coords
+        return self._placed(proj.coords, proj.residuals)
+
+    def _placed(self, coords: np.ndarray, residuals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Points projected onto the plane as the views place them (heights on a curve), and residuals."""
         if self.mode == "curve":
-            return np.stack([coords[:, 0], self._curve_height(coords[:, 0])], axis=1), np.zeros(len(flats))
-        return np.asarray(coords, dtype=np.float64), np.asarray(proj.residuals, dtype=np.float64)
+            return np.stack([coords[:, 0], self._curve_height(coords[:, 0])], axis=1), np.zeros(len(coords))
+        return np.asarray(coords, dtype=np.float64), np.asarray(residuals, dtype=np.float64)
 
     def _curve_height(self, w: np.ndarray) -> np.ndarray:
         assert self.plane is not None

@@ -239,6 +239,8 @@ class PlaneSurface:
         Seconds the evaluation took so far.
     method:
         How the points were evaluated (``"closed-form"``, ``"matmul"``, ``"vmap"``).
+    paths:
+        For a new plane, every run's whole path projected onto it (``PlanePath``), else None.
     """
 
     kind: str
@@ -251,6 +253,8 @@ class PlaneSurface:
     loss_name: str = "loss"
     elapsed: float = 0.0
     method: str = ""
+    # Each run's path projected onto a new plane by the lab (gradviz.gui.surface_path.PlanePath).
+    paths: tuple[Any, ...] | None = None
 
     @property
     def extent(self) -> tuple[tuple[float, float], tuple[float, float]]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from PySide6.QtCore import QObject, Signal, Slot
 
+from gradviz.gui.surface_path import PlanePath
 from gradviz.gui.window_history import (
     LabInfo,
     PlaneRequest,
@@ -68,6 +69,7 @@ class PlaneJob:
     n: int
     note: str
     loss_name: str
+    paths: tuple[PlanePath, ...] | None = None
 
 
 def plane_kinds(info: LabInfo) -> list[tuple[str, str]]:
@@ -158,6 +160,23 @@ def fit_range(lab: Lab, plane: Plane, kind: str) -> Extent:
     return (x0, x1), (y0, y1)
 
 
+def plane_path(lab: Lab, run: str, plane: Plane) -> PlanePath:
+    """``run``'s whole path so far projected onto ``plane``: the start, then the parameters after
+    every step (the thinned past's replayed), and the point each op leaves the run at."""
+    from gradviz.engine import landscape
+
+    h = lab.history[run]
+    r = lab.runs.index(lab.run(run))
+    steps_at = np.array([getattr(row[r], "op", None) == "step" for row in lab.schedule])
+    ticks = np.asarray(h.ticks, dtype=np.int64)
+    op_points = np.cumsum(steps_at[ticks % lab.ticks_per_iteration])
+    start = landscape.project(plane, lab.initial(run).param_flat)
+    parts = [start, *(landscape.project(plane, block) for block in lab.step_params(run))]
+    coords = np.concatenate([p.coords for p in parts])
+    residuals = np.concatenate([p.residuals for p in parts])
+    return PlanePath(op_points, coords, residuals)
+
+
 def plan_job(lab: Lab, request: PlaneRequest, fallback: str) -> PlaneJob:
     """The plane (new, or the request's) and its loss evaluator; falls back to ``fallback`` on UserError."""
     from gradviz.engine import landscape
@@ -181,7 +200,11 @@ def plan_job(lab: Lab, request: PlaneRequest, fallback: str) -> PlaneJob:
     phases = list(run.phases)
     loss_name = f"{phases[0]}'s loss" if len(phases) > 1 and phases[0] else "loss"
     n = CURVE_POINTS if kind == "curve" else PLANE_POINTS.get(loss.method, 61)
-    return PlaneJob(kind, plane, extent, loss, n, note, loss_name)
+    # A new plane: the window redraws every path on it, from the lab's own (it keeps the recent past only).
+    paths = None
+    if request.plane is None and lab.mode == "full":
+        paths = tuple(plane_path(lab, r.name, plane) for r in lab.runs)
+    return PlaneJob(kind, plane, extent, loss, n, note, loss_name, paths)
 
 
 def evaluate_job(job: PlaneJob, cancelled: Callable[[], bool]) -> Iterator[PlaneSurface]:
@@ -211,6 +234,7 @@ def evaluate_job(job: PlaneJob, cancelled: Callable[[], bool]) -> Iterator[Plane
             loss_name=job.loss_name,
             elapsed=grid.elapsed,
             method=grid.method,
+            paths=job.paths,
         )
 
 

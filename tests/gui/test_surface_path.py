@@ -112,6 +112,25 @@ def test_a_diverged_end_breaks_the_line_and_the_last_sane_point_is_the_current_o
     assert np.array_equal(path.last_finite(5_000), points[-4])
 
 
+def test_a_run_flung_far_off_the_plot_paints_what_it_did_without_sampling_the_far_away(qapp) -> None:
+    import tracemalloc
+
+    points = _orbit(12_000)
+    points[::50] *= 1e4  # a swing ten thousand plot widths out and back, every fiftieth step
+    view = ((-1.5, 1.5), (-1.0, 1.0))  # the range _painted draws
+    path = _path(points)
+    tracemalloc.start()
+    drawn = path.drawn(len(points), CELL, view)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    # Sampled to the end of its range, each swing would take some 60,000 samples: gigabytes in all.
+    assert peak < 50e6, f"{peak / 1e6:.0f} MB to thin the path"
+    whole, thinned = _painted(points), _painted(drawn)
+    assert np.all(_near(thinned, 2)[whole]), "every stretch inside the plot, the swings' too, is drawn"
+    assert np.all(_near(whole, 1)[thinned])
+    assert np.array_equal(drawn[-EXACT_TAIL:], points[-EXACT_TAIL:])
+
+
 # ------------------------------------------------------------- the window's view
 def _long_history(ops: int):
     """The history of forgot-zero-grad's real first 2,000 ops, laid end to end up to ``ops`` ticks."""
