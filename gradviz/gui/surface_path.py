@@ -4,7 +4,9 @@ A path gains a point with every step. Drawn whole, a frame of a long Play would
 hand the plot tens of thousands of points, most of them on pixels already
 painted. So a long path is drawn as those of its segments (point to point) that
 reach a cell of a couple of pixels no earlier segment reached: a segment only
-over cells already painted adds nothing to the picture and is left out. What is
+over cells already painted adds nothing to the picture and is left out, and only
+the stretch of a segment inside the plot's range is looked at (a diverging run
+swings millions of plot widths out, where nothing is painted). What is
 drawn is then bounded by the pixels the path covers, not by its history. The
 newest points are always drawn exactly, and a moment further back is drawn from
 the segments made by then, so going back shows exactly what that moment showed.
@@ -16,6 +18,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+Extent = tuple[tuple[float, float], tuple[float, float]]
 
 # Paths of up to this many points are drawn whole, point by point.
 WHOLE = 2000
@@ -55,6 +59,8 @@ class RunPath:
         self._residuals = np.empty(64, dtype=np.float64)
         self._n = 0
         self.op_points: list[int] = []
+        # Samples looked at so far to find new cells (what thinning has cost).
+        self.sampled = 0
         self._reset_cells(None)
 
     def __len__(self) -> int:
@@ -97,19 +103,21 @@ class RunPath:
         return None
 
     # ------------------------------------------------------------- drawing
-    def drawn(self, n: int, cell: tuple[float, float]) -> np.ndarray:
+    def drawn(self, n: int, cell: tuple[float, float], box: Extent | None = None) -> np.ndarray:
         """The first ``n`` points as drawn (cells ``cell`` units a side): a polyline, NaN between pieces.
 
         Up to :data:`WHOLE` points it is the points themselves. Beyond, it is each
         segment that reaches a cell no earlier segment reached, and the last
         :data:`EXACT_TAIL` points whole; a point that is not finite is always kept
-        (it ends a piece, as the whole path would).
+        (it ends a piece, as the whole path would). With ``box`` (``((x0, x1), (y0,
+        y1))``, what the plot shows) only cells inside it count: a segment wholly
+        outside it is painted nowhere and left out.
         """
         n = min(n, self._n)
         if n <= WHOLE:
             return self._xy[:n]
-        if cell != self._cell:
-            self._reset_cells(cell)
+        if (cell, box) != (self._cell, self._box):
+            self._reset_cells(cell, box)
         if self._classified < n:
             self._classify(n)
         firsts = self._firsts[: np.searchsorted(self._firsts[: self._count], n)]
@@ -117,8 +125,8 @@ class RunPath:
         keep = np.concatenate([firsts[firsts < tail], np.arange(tail, n)])
         return _pieces(self._xy, keep)
 
-    def _reset_cells(self, cell: tuple[float, float] | None) -> None:
-        self._cell = cell
+    def _reset_cells(self, cell: tuple[float, float] | None, box: Extent | None = None) -> None:
+        self._cell, self._box = cell, box
         self._origin = (0.0, 0.0)
         if cell is not None and self._n:
             # Cells count from a point of the path, so their indices stay small wherever it lies.
@@ -141,16 +149,27 @@ class RunPath:
         xy = self._xy[max(a - 1, 0) : n]
         ok = np.asarray(np.isfinite(xy).all(axis=1))
         scale = np.array(self._cell)
-        at = np.clip((np.where(ok[:, None], xy, 0.0) - self._origin) / scale, -CELL_LIMIT, CELL_LIMIT)
+        at = (np.where(ok[:, None], xy, 0.0) - self._origin) / scale
+        if self._box is None:
+            at = np.clip(at, -CELL_LIMIT, CELL_LIMIT)
         if a == 0:
             # The start is a segment from its own point to itself.
             at, ok = np.concatenate([at[:1], at]), np.concatenate([ok[:1], ok])
         start, span = at[:-1], at[1:] - at[:-1]
         finite = ok[:-1] & ok[1:]
+        reached = finite
+        if self._box is not None:
+            # Only the stretch inside the box is sampled: its cells are few, however far the ends lie.
+            (x0, x1), (y0, y1) = self._box
+            lo = np.clip((np.array([x0, y0]) - self._origin) / scale, -CELL_LIMIT, CELL_LIMIT)
+            hi = np.clip((np.array([x1, y1]) - self._origin) / scale, -CELL_LIMIT, CELL_LIMIT)
+            start, span, inside = _clip_segments(start, span, lo, hi)
+            reached = finite & inside
         # Each segment sampled at most a cell apart: the cells it crosses hold a sample (a corner cut aside).
         steps = np.minimum(np.ceil(np.abs(span).max(axis=1)), MAX_SAMPLES).astype(np.int64)
-        count = np.where(finite, steps + 1, 0)
+        count = np.where(reached, steps + 1, 0)
         segment = np.repeat(np.arange(len(start)), count)
+        self.sampled += len(segment)
         first_of = np.repeat(np.cumsum(count) - count, count)
         t = (np.arange(len(segment)) - first_of) / np.maximum(steps[segment], 1)
         sample = np.floor(start[segment] + t[:, None] * span[segment]).astype(np.int64)
@@ -170,6 +189,29 @@ class RunPath:
             self._firsts = np.resize(self._firsts, max(2 * len(self._firsts), need))
         self._firsts[self._count : need] = indices
         self._count = need
+
+
+def _clip_segments(
+    start: np.ndarray, span: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Segments ``start + t * span`` (``t`` in [0, 1]) cut to the box ``lo``..``hi`` (Liang-Barsky).
+
+    Returns the stretch of each segment inside the box (start and span) and which segments reach it.
+    """
+    t0, t1 = np.zeros(len(start)), np.ones(len(start))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for axis in (0, 1):
+            p, d = start[:, axis], span[:, axis]
+            a, b = (lo[axis] - p) / d, (hi[axis] - p) / d
+            # A segment that keeps this coordinate is within the box's bounds on it for every t, or for none.
+            level = np.where((p >= lo[axis]) & (p <= hi[axis]), np.inf, -np.inf)
+            flat = d == 0
+            enter = np.where(flat, -level, np.minimum(a, b))
+            leave = np.where(flat, level, np.maximum(a, b))
+            t0, t1 = np.maximum(t0, enter), np.minimum(t1, leave)
+    inside = t0 <= t1
+    t0, t1 = np.where(inside, t0, 0.0), np.where(inside, t1, 0.0)
+    return start + t0[:, None] * span, (t1 - t0)[:, None] * span, inside
 
 
 def _pieces(xy: np.ndarray, keep: np.ndarray) -> np.ndarray:

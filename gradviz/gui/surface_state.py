@@ -337,12 +337,14 @@ class SurfaceState:
 
         A long path keeps the segments that reach pixels no earlier one reached, and its newest
         points exactly (see :mod:`~gradviz.gui.surface_path`), so drawing it costs
-        no more after 50,000 ops than after 2,000. NaN separates its pieces.
+        no more after 50,000 ops than after 2,000. NaN separates its pieces. Only what
+        crosses the extent (and a pen's width around it) is looked at: the plot shows no more.
         """
         (x0, x1), (y0, y1) = self.extent
         width, height = self.pixels
-        cell = (cell_size(x1 - x0, width), cell_size(y1 - y0, height))
-        return self._runs[index].drawn(length, cell)
+        cx, cy = cell_size(x1 - x0, width), cell_size(y1 - y0, height)
+        box = ((x0 - 2 * cx, x1 + 2 * cx), (y0 - 2 * cy, y1 + 2 * cy))
+        return self._runs[index].drawn(length, (cx, cy), box)
 
     def last_point(self, index: int, length: int) -> tuple[float, float] | None:
         """Run ``index``'s current point: the last finite one of its first ``length`` points, or None."""

@@ -166,3 +166,31 @@ def test_the_op_tape_shows_no_more_columns_for_a_long_history(qtbot) -> None:
     # A column is the mean colour of the ticks it stands for.
     k = view._tape_k
     assert np.allclose(long[0], view._tape_rgba[:k].mean(axis=0), atol=1)
+
+
+def _diverging(steps: int) -> np.ndarray:
+    """A run that forgot zero_grad: it swings across the minimum ever wider, millions of plot widths out."""
+    t = np.arange(steps)
+    radius = 0.5 * 1.002**t
+    return np.stack([radius * np.cos(2.9 * t), radius * np.sin(2.9 * t + 0.4)], axis=1)
+
+
+def test_a_path_swinging_far_out_is_thinned_at_the_cost_of_what_the_plot_shows() -> None:
+    from gradviz.gui.surface_path import EXACT_TAIL, RunPath, cell_size
+
+    box = ((-1.5, 1.5), (-1.0, 1.0))  # a 600 x 400 plot
+    cell = (cell_size(3.0, 600), cell_size(2.0, 400))
+    points = _diverging(12_500)  # 50,000 ops: the far end lies ~1e10 plot widths out
+    path = RunPath()
+    path.extend(points, np.zeros(len(points)))
+    drawn = path.drawn(len(points), cell, box)
+    # Each segment costs at most the cells across the plot (its diagonal), however far its ends lie.
+    across = np.hypot(3.0 / cell[0], 2.0 / cell[1]) + 8
+    assert path.sampled <= len(points) * across
+    # Every segment that crosses the plot early on is drawn: the spiral's inner laps are all there.
+    inner = np.flatnonzero(np.abs(points).max(axis=1) < 1.0)
+    kept = {tuple(p) for p in drawn.tolist()}
+    assert all(tuple(points[i]) in kept for i in inner[:: max(len(inner) // 50, 1)] if i > 0)
+    # Segments that never come near the plot are left out; the newest points stay, exactly.
+    assert len(drawn) < len(points) / 2
+    assert np.array_equal(drawn[-EXACT_TAIL:], points[-EXACT_TAIL:])
