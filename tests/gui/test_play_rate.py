@@ -194,3 +194,60 @@ def test_a_path_swinging_far_out_is_thinned_at_the_cost_of_what_the_plot_shows()
     # Segments that never come near the plot are left out; the newest points stay, exactly.
     assert len(drawn) < len(points) / 2
     assert np.array_equal(drawn[-EXACT_TAIL:], points[-EXACT_TAIL:])
+
+
+def _bowl() -> np.ndarray:
+    xs = np.linspace(-2.0, 2.0, 121)
+    x, y = np.meshgrid(xs, xs, indexing="ij")
+    return np.log10(1.0 + x**2 + 3.0 * y**2 + np.sin(3.0 * x))
+
+
+def _painted_path(path) -> np.ndarray:
+    """The pixels a thin pen paints for ``path`` over a 121 x 121 image, four pixels to one."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QImage, QPainter, QPen
+
+    image = QImage(484, 484, QImage.Format.Format_Grayscale8)
+    image.fill(0)
+    painter = QPainter(image)
+    painter.scale(4, 4)
+    pen = QPen(Qt.GlobalColor.white)
+    pen.setWidthF(0.25)
+    painter.setPen(pen)
+    painter.drawPath(path)
+    painter.end()
+    return np.frombuffer(image.constBits(), dtype=np.uint8).reshape(484, image.bytesPerLine())[:, :484] > 0
+
+
+@pytest.mark.parametrize("share", [0.1, 0.5, 0.9])
+def test_contour_lines_lie_where_pyqtgraphs_isocurve_draws_them(qapp, share: float) -> None:
+    import pyqtgraph as pg
+
+    from gradviz.gui.views.surface import contour_path
+
+    z = _bowl()
+    level = float(z.min() + share * (z.max() - z.min()))
+    ours = _painted_path(contour_path(z, level))
+    theirs = pg.QtGui.QPainterPath()
+    for line in pg.functions.isocurve(z, level, connected=True, extendToEdge=True):
+        theirs.moveTo(*line[0])
+        for point in line[1:]:
+            theirs.lineTo(*point)
+    reference = _painted_path(theirs)
+    assert ours.sum() > 100, "a line is drawn"
+    assert np.array_equal(ours, reference)
+
+
+def test_the_surface_traces_its_contours_once_per_grid_not_per_frame(open_window, qtbot, monkeypatch) -> None:
+    import gradviz.gui.views.surface as surface
+    from gradviz.gui.surface_state import CONTOURS
+
+    traced = []
+    monkeypatch.setattr(surface, "contour_path", lambda *a: traced.append(a) or surface.QPainterPath())
+    w = open_window(_long())
+    grids = []
+    w.surface.surface_changed.connect(lambda: grids.append(w.surface.state.version))
+    frames = _play_for(qtbot, w, 1.5, 0)
+    qtbot.wait(50)
+    assert len(frames) > 10
+    assert len(traced) <= CONTOURS * (len(grids) + 1), f"{len(traced)} lines traced for {len(grids)} grids"
