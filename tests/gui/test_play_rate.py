@@ -251,3 +251,36 @@ def test_the_surface_traces_its_contours_once_per_grid_not_per_frame(open_window
     qtbot.wait(50)
     assert len(frames) > 10
     assert len(traced) <= CONTOURS * (len(grids) + 1), f"{len(traced)} lines traced for {len(grids)} grids"
+
+
+def test_the_inspector_measures_its_columns_only_when_their_room_changes(open_window, qtbot) -> None:
+    from gradviz.gui.window_history import Moment
+
+    w = open_window(_long())
+    c = w.controller
+    c.set_speed(0)
+    c.play_until(599)
+    qtbot.waitUntil(lambda: not c.playing and not c.busy, timeout=60000)
+    view, table = w.grads, w.grads.table
+    fits = []
+    measure = view._fit
+    view._fit = lambda: (fits.append(1), measure())[1]  # type: ignore[method-assign]
+
+    def widths() -> list[int]:
+        return [table.columnWidth(col) for col in range(table.columnCount())]
+
+    changed = 0
+    for tick in range(400, 600):  # frame after frame of Play: the numbers change with every op
+        before = [table.item(r, 2).text() for r in range(table.rowCount())]
+        view.draw(Moment(c.info, c.history, tick))
+        changed += before != [table.item(r, 2).text() for r in range(table.rowCount())]
+        if tick % 25 == 0:
+            # What was left is what measuring everything afresh gives: no column too narrow for its text.
+            kept = widths()
+            view._layout_key = None
+            measure()
+            assert widths() == kept, f"at tick {tick}"
+    assert changed >= 50, "the numbers shown change from op to op"
+    # Here the reference run's .grad goes None and back each iteration (set_to_none), which does
+    # change a column's room; the other ops leave the widths as they are, unmeasured.
+    assert len(fits) <= 0.6 * 200, f"{len(fits)} measurements over 200 frames"
