@@ -166,3 +166,93 @@ def test_the_op_tape_shows_no_more_columns_for_a_long_history(qtbot) -> None:
     # A column is the mean colour of the ticks it stands for.
     k = view._tape_k
     assert np.allclose(long[0], view._tape_rgba[:k].mean(axis=0), atol=1)
+
+
+def _bowl() -> np.ndarray:
+    xs = np.linspace(-2.0, 2.0, 121)
+    x, y = np.meshgrid(xs, xs, indexing="ij")
+    return np.log10(1.0 + x**2 + 3.0 * y**2 + np.sin(3.0 * x))
+
+
+def _painted_path(path) -> np.ndarray:
+    """The pixels a thin pen paints for ``path`` over a 121 x 121 image, four pixels to one."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QImage, QPainter, QPen
+
+    image = QImage(484, 484, QImage.Format.Format_Grayscale8)
+    image.fill(0)
+    painter = QPainter(image)
+    painter.scale(4, 4)
+    pen = QPen(Qt.GlobalColor.white)
+    pen.setWidthF(0.25)
+    painter.setPen(pen)
+    painter.drawPath(path)
+    painter.end()
+    return np.frombuffer(image.constBits(), dtype=np.uint8).reshape(484, image.bytesPerLine())[:, :484] > 0
+
+
+@pytest.mark.parametrize("share", [0.1, 0.5, 0.9])
+def test_contour_lines_lie_where_pyqtgraphs_isocurve_draws_them(qapp, share: float) -> None:
+    import pyqtgraph as pg
+
+    from gradviz.gui.views.surface import contour_path
+
+    z = _bowl()
+    level = float(z.min() + share * (z.max() - z.min()))
+    ours = _painted_path(contour_path(z, level))
+    theirs = pg.QtGui.QPainterPath()
+    for line in pg.functions.isocurve(z, level, connected=True, extendToEdge=True):
+        theirs.moveTo(*line[0])
+        for point in line[1:]:
+            theirs.lineTo(*point)
+    reference = _painted_path(theirs)
+    assert ours.sum() > 100, "a line is drawn"
+    assert np.array_equal(ours, reference)
+
+
+def test_the_surface_traces_its_contours_once_per_grid_not_per_frame(open_window, qtbot, monkeypatch) -> None:
+    import gradviz.gui.views.surface as surface
+    from gradviz.gui.surface_state import CONTOURS
+
+    traced = []
+    monkeypatch.setattr(surface, "contour_path", lambda *a: traced.append(a) or surface.QPainterPath())
+    w = open_window(_long())
+    grids = []
+    w.surface.surface_changed.connect(lambda: grids.append(w.surface.state.version))
+    frames = _play_for(qtbot, w, 1.5, 0)
+    qtbot.wait(50)
+    assert len(frames) > 10
+    assert len(traced) <= CONTOURS * (len(grids) + 1), f"{len(traced)} lines traced for {len(grids)} grids"
+
+
+def test_the_inspector_measures_its_columns_only_when_their_room_changes(open_window, qtbot) -> None:
+    from gradviz.gui.window_history import Moment
+
+    w = open_window(_long())
+    c = w.controller
+    c.set_speed(0)
+    c.play_until(599)
+    qtbot.waitUntil(lambda: not c.playing and not c.busy, timeout=60000)
+    view, table = w.grads, w.grads.table
+    fits = []
+    measure = view._fit
+    view._fit = lambda: (fits.append(1), measure())[1]  # type: ignore[method-assign]
+
+    def widths() -> list[int]:
+        return [table.columnWidth(col) for col in range(table.columnCount())]
+
+    changed = 0
+    for tick in range(400, 600):  # frame after frame of Play: the numbers change with every op
+        before = [table.item(r, 2).text() for r in range(table.rowCount())]
+        view.draw(Moment(c.info, c.history, tick))
+        changed += before != [table.item(r, 2).text() for r in range(table.rowCount())]
+        if tick % 25 == 0:
+            # What was left is what measuring everything afresh gives: no column too narrow for its text.
+            kept = widths()
+            view._layout_key = None
+            measure()
+            assert widths() == kept, f"at tick {tick}"
+    assert changed >= 50, "the numbers shown change from op to op"
+    # Here the reference run's .grad goes None and back each iteration (set_to_none), which does
+    # change a column's room; the other ops leave the widths as they are, unmeasured.
+    assert len(fits) <= 0.6 * 200, f"{len(fits)} measurements over 200 frames"

@@ -350,6 +350,7 @@ class GradsView(QWidget):
         self._layout_key: tuple | None = None  # what the column widths were last fitted to
         self._state_tips: dict[int, object] = {}  # row -> the optimizer state its tooltip lists
         self._refit = False  # a cell changed what it shows since the widths were last fitted
+        self._natural: list[int] | None = None  # each column's widest content when last fitted
         self.title = QLabel(".grad inspector")
         self.title.setObjectName("panelTitle")
         self.table = QTableWidget(0, len(COLUMNS))
@@ -443,6 +444,7 @@ class GradsView(QWidget):
         natural = [max([header[col], *self._content_widths(col, option)]) for col in range(len(COLUMNS))]
         natural[NAME + 1 : STATE] = map(max, natural[NAME + 1 : STATE], least[NAME + 1 :])
         lines = [self._lines(row) for row in range(self.table.rowCount())]
+        self._natural = natural
         key = (tuple(natural), tuple(lines), self.table.viewport().width(), self._widest_word(STATE))
         if key == self._layout_key:
             return
@@ -575,15 +577,18 @@ class GradsView(QWidget):
             shown = fmt.array(value)
         else:
             shown = text or ""
+        values = value if kind == "array" else None
+        old_kind, old = item.data(KIND), item.data(VALUES)
+        if (item.text() != shown or old_kind != kind) and self._needs_refit(
+            col, (old_kind, item.text(), old), (kind, shown, values)
+        ):
+            self._refit = True
         if item.text() != shown:
             item.setText(shown)
-            self._refit = True
             if kind not in ("array", "none"):
                 item.setToolTip(shown)
-        values = value if kind == "array" else None
-        old = item.data(VALUES)
         if (
-            item.data(KIND) != kind
+            old_kind != kind
             or item.data(CHANGED) != bool(changed)
             or (old is None) != (values is None)
             or (values is not None and not _same(old, values))
@@ -592,9 +597,33 @@ class GradsView(QWidget):
             item.setData(KIND, kind)
             item.setData(VALUES, values)
             item.setData(CHANGED, bool(changed))
-            self._refit = True
             if kind in ("array", "none"):
                 item.setToolTip(fmt.full(value))
+
+    def _needs_refit(self, col: int, was: tuple[Any, str, Any], now: tuple[Any, str, Any]) -> bool:
+        """Whether a cell of ``col`` going from ``was`` to ``now`` (kind, text, values) may change
+        the widths or the rows' heights: a number's new digits mostly take the room the old did.
+        """
+        if not NAME < col < STATE or self._natural is None:
+            return True  # names and the optimizer's state wrap: their words count
+        room = self._natural[col]
+        before, after = self._number_width(*was), self._number_width(*now)
+        if before is None or after is None:
+            return True  # words, which wrap
+        # The column grows for a wider number, and may shrink when its widest one narrows.
+        return after > room or (before >= room and after < before)
+
+    def _number_width(self, kind: Any, text: str, values: Any) -> int | None:
+        """The width a number cell asks for (as :meth:`_content_widths` measures it), None for words
+        that may wrap."""
+        fm = self.table.fontMetrics()
+        if kind in ("array", "none"):
+            vector = values is not None and np.size(values) > 1
+            return (fm.horizontalAdvance("-0.0000") * 3 // 2 if vector else fm.horizontalAdvance(text)) + 12
+        if kind == "norm":
+            return fm.horizontalAdvance(text) + 12
+        # Other words are left out of the widths; one that cannot wrap leaves the rows' heights too.
+        return 0 if " " not in text and "\n" not in text else None
 
     def draw(self, moment: Moment) -> None:
         """Fill every row with the state of its run at ``moment``."""
