@@ -56,7 +56,7 @@ def _skipped_prefixes() -> tuple[str, ...]:
     return tuple(prefixes)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Event:
     index: int
     op: str  # "backward", "zero_grad", "step", "update"
@@ -398,7 +398,7 @@ class Observer:
         batch = Batch()
         for p in ps:
             g = p.tensor.grad
-            ref = batch.add(g.detach(), p.sample)
+            ref = batch.add(g, p.sample)
             ev.grads[p.id] = ref
             p.ledger = ((id(g), g._version), ref)
         if loss is not None:
@@ -711,7 +711,7 @@ class Observer:
         of sampled tensors, in one copy kept until saved (off a GPU: queued, never waited for).
         A ``.grad`` untouched since a backward's ledger copied it is read from that copy."""
         batch = Batch()
-        values = [batch.add(p.tensor.detach(), p.sample) for p in ps]
+        values = [batch.add(p.tensor, p.sample) for p in ps]
         gvalues: dict[int, Ref] = {}
         for i, p in enumerate(ps):
             g = p.tensor.grad
@@ -720,7 +720,7 @@ class Observer:
             if p.ledger is not None and p.ledger[0] == (id(g), g._version):
                 gvalues[i] = p.ledger[1]
             else:
-                gvalues[i] = batch.add(g.detach(), p.sample)
+                gvalues[i] = batch.add(g, p.sample)
         lrs: dict[int, float] = {}
         states: dict[int, dict[str, Any]] = {}
         if optimizer is not None:
@@ -760,7 +760,7 @@ class Observer:
         """The values of every parameter still alive as the watch ends: what the last update left."""
         batch = Batch()
         alive = [p for p in self.order if p.tensor is not None]
-        out: dict[int, Any] = {p.id: {"values": batch.add(p.tensor.detach(), p.sample)} for p in alive}
+        out: dict[int, Any] = {p.id: {"values": batch.add(p.tensor, p.sample)} for p in alive}
         for o in self.optims.values():
             ps = [self.order[i] for i in o.params if self.order[i].tensor is not None]
             if o.obj is None or not ps:
@@ -951,16 +951,18 @@ class Batch:
 
     One ``cat`` per device (one copy off a GPU) instead of a clone per tensor, which costs several
     times as much for a small model; the copy is taken apart only when read, as the recording is
-    written. Values are kept as float32, the precision a recording writes.
+    written. Values are kept as float32, the precision a recording writes. Tensors may be added as
+    they are (parameters too): the copy runs with autograd off, so it never joins a graph.
     """
 
-    __slots__ = ("_decoded", "_flats", "_samples", "_tensors", "_where")
+    __slots__ = ("_decoded", "_flats", "_samples", "_sizes", "_tensors", "_where")
 
     def __init__(self) -> None:
         self._tensors: list[Any] = []
         self._samples: list[Any] = []
         self._flats: list[Any] = []
         self._decoded: dict[int, list[float]] = {}
+        self._sizes: list[tuple[int, int]] = []  # (copy, elements) of each tensor added, in order
         self._where: list[tuple[int, int, int]] = []
 
     def add(self, tensor: Any, sample: Any = None, *, scalar: bool = False) -> Ref:
@@ -972,34 +974,53 @@ class Batch:
     def copy(self) -> None:
         """Copy every queued tensor now, and let the originals go."""
         import torch
-        from torch._utils import _flatten_dense_tensors  # one call into C++ that flattens and joins
 
-        pieces = [t if s is None else t.take(s) for t, s in zip(self._tensors, self._samples, strict=True)]
-        devices = [t.device for t in pieces]
-        groups = [list(range(len(pieces)))] if len(set(devices)) == 1 else _by_device(devices)
-        where: list[tuple[int, int, int]] = [(0, 0, 0)] * len(pieces)
-        for k, js in enumerate(groups):
-            flat = _flatten_dense_tensors([pieces[j] for j in js])
-            if len(js) == 1 and flat.dtype == torch.float32:
-                flat = flat.clone()  # one tensor alone comes back as a view of itself, not a copy
-            self._flats.append(_off(flat if flat.dtype == torch.float32 else flat.float()))
-            start = 0
-            for j in js:
-                n = pieces[j].numel()
-                where[j] = (k, start, n)
-                start += n
-        self._where = where
+        tensors, samples = self._tensors, self._samples
         self._tensors, self._samples = [], []
+        if not tensors:
+            return
+        with torch.no_grad():
+            pieces = (
+                tensors
+                if not any(s is not None for s in samples)
+                else [t if s is None else t.take(s) for t, s in zip(tensors, samples, strict=True)]
+            )
+            devices = [t.device for t in pieces]
+            first = devices[0]
+            groups: list[Any] = (
+                [range(len(pieces))] if all(d == first for d in devices) else _by_device(devices)
+            )
+            sizes: list[tuple[int, int]] = [(0, 0)] * len(pieces)
+            for k, js in enumerate(groups):
+                group = [pieces[j] for j in js]
+                # One call into C++ that flattens and joins; one tensor alone comes back as a view.
+                flat = torch._C._nn.flatten_dense_tensors(group) if len(group) > 1 else group[0].reshape(-1)
+                flat = flat.float() if flat.dtype != torch.float32 else flat
+                if len(group) == 1 and flat.data_ptr() == group[0].data_ptr():
+                    flat = flat.clone()
+                self._flats.append(_off(flat))
+                for j in js:
+                    sizes[j] = (k, pieces[j].numel())
+        self._sizes = sizes
+
+    def _place(self, j: int) -> tuple[int, int, int]:
+        if not self._where:  # offsets worked out once, when first read (as the recording is written)
+            starts: dict[int, int] = {}
+            for k, n in self._sizes:
+                start = starts.get(k, 0)
+                self._where.append((k, start, n))
+                starts[k] = start + n
+        return self._where[j]
 
     def read(self, j: int) -> Any:
         """The copy of the ``j``-th tensor added: a flat float32 CPU tensor."""
-        k, start, n = self._where[j]
+        k, start, n = self._place(j)
         return self._flats[k][start : start + n]
 
     def floats(self, j: int) -> list[float]:
         """The ``j``-th tensor's values as short decimals (see :func:`shortest_float32`); each of the
         batch's copies is turned into numbers once, whole."""
-        k, start, n = self._where[j]
+        k, start, n = self._place(j)
         if k not in self._decoded:
             self._decoded[k] = shortest_float32(self._flats[k].numpy())
         return self._decoded[k][start : start + n]
