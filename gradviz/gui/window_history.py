@@ -41,6 +41,8 @@ class RunInfo:
     ghost: tuple[tuple[int, tuple[str, ...]], ...] = ()
     # The parameters of each part of an iteration with its own loss and optimizer (the GAN has two).
     phases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The file its source is, where that is not the run's own (a recording's op in another file).
+    file: str = ""
 
     def phase_of(self, param: str) -> str:
         """The phase whose optimizer holds ``param`` ("" for one-phase models)."""
@@ -239,6 +241,8 @@ class PlaneSurface:
         Seconds the evaluation took so far.
     method:
         How the points were evaluated (``"closed-form"``, ``"matmul"``, ``"vmap"``).
+    title:
+        The view's title where this surface says it of itself (a recording's, which has no loss).
     """
 
     kind: str
@@ -251,6 +255,7 @@ class PlaneSurface:
     loss_name: str = "loss"
     elapsed: float = 0.0
     method: str = ""
+    title: str = ""
 
     @property
     def extent(self) -> tuple[tuple[float, float], tuple[float, float]]:

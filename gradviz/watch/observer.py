@@ -41,6 +41,7 @@ MAX_PARAMS = 4096  # tensors followed at most; past them the observer stops
 LATE_LEAVES = 100  # backwards past the third that bring new leaves, at most; then the observer stops
 SOURCE_LINES = 5000  # lines kept per user file at most
 SOURCE_FILES = 50
+MAX_CALLERS = 8  # other user files an op's callers are kept for, at most
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -69,6 +70,8 @@ class Event:
     zeros: list[int] = field(default_factory=list)  # parameters a zero_grad left holding zeros, not None
     loss: Ref | None = None  # a backward's loss (one number), copied off the device
     grads: dict[int, Ref] = field(default_factory=dict)  # the .grad a backward left, by parameter id
+    # (file, line) of each other user file it was called from, innermost first
+    calls: list[tuple[str, int]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"op": self.op, "file": self.file, "line": self.line, "step": self.step}
@@ -84,6 +87,8 @@ class Event:
             out["params"] = self.params
         if self.zeros:
             out["zeros"] = self.zeros
+        if self.calls:
+            out["calls"] = [[file, line] for file, line in self.calls]
         return out
 
 
@@ -149,6 +154,7 @@ class Observer:
         self._pending: dict[int, tuple[Any, bool]] = {}  # params cleared to zeros, before a step
         self._skip: tuple[str, ...] = ()
         self._users: dict[Any, bool] = {}  # code object -> whether it is the user's
+        self._calls: tuple[str, list[tuple[str, int]]] = ("", [])  # the last place found, its callers
         self.files: list[str] = []
         self._whole = 0  # elements of the parameters recorded whole
         self._backwards = 0
@@ -219,21 +225,39 @@ class Observer:
 
     def _where(self) -> tuple[str, int, Any]:
         """The user's file and line that led here, and its frame: the first frame outside torch,
-        gradviz and the standard library (whether a function's code is the user's is decided once)."""
+        gradviz and the standard library (whether a function's code is the user's is decided once).
+        The user's frames further out, in other files, are kept for the event made next
+        (:attr:`Event.calls`): the line of each file that called into the op's."""
         f: Any = sys._getframe(1)
-        users = self._users
         while f is not None:
-            code = f.f_code
-            mine = users.get(code)
-            if mine is None:
-                name = code.co_filename
-                mine = users[code] = not name.startswith(self._skip) and not name.startswith("<")
-                if mine and name not in self.files and len(self.files) < SOURCE_FILES:
-                    self.files.append(name)
-            if mine:
-                return code.co_filename, f.f_lineno, f
+            if self._mine(f.f_code):
+                file = f.f_code.co_filename
+                self._calls = (file, self._callers(f.f_back, file))
+                return file, f.f_lineno, f
             f = f.f_back
+        self._calls = ("", [])
         return "<unknown>", 0, None
+
+    def _mine(self, code: Any) -> bool:
+        mine = self._users.get(code)
+        if mine is None:
+            name = code.co_filename
+            mine = self._users[code] = not name.startswith(self._skip) and not name.startswith("<")
+            if mine and name not in self.files and len(self.files) < SOURCE_FILES:
+                self.files.append(name)
+        return mine
+
+    def _callers(self, f: Any, file: str) -> list[tuple[str, int]]:
+        """The innermost line of each other user file among the frames from ``f`` outwards."""
+        out: list[tuple[str, int]] = []
+        seen = {file}
+        while f is not None and len(out) < MAX_CALLERS:
+            code = f.f_code
+            if code.co_filename not in seen and self._mine(code):
+                seen.add(code.co_filename)
+                out.append((code.co_filename, f.f_lineno))
+            f = f.f_back
+        return out
 
     def _event(self, op: str, file: str, line: int, **kw: Any) -> Event | None:
         if len(self.events) >= MAX_EVENTS:
@@ -241,6 +265,8 @@ class Observer:
             self._closing = True
             return None
         ev = Event(len(self.events), op, file, line, self.updates, **kw)
+        if self._calls[0] == file:
+            ev.calls = self._calls[1]
         self.events.append(ev)
         return ev
 
