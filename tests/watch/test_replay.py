@@ -230,6 +230,10 @@ def _bad_recordings(good: Path, folder: Path) -> dict[str, Path]:
     edited["events"][0]["op"] = "explode"
     out["edited"] = folder / "edited.json"
     out["edited"].write_text(json.dumps(edited))
+    calls = json.loads(text)
+    calls["events"][0]["calls"] = ["train.py", 3]  # a pair, not a list of pairs
+    out["calls"] = folder / "calls.json"
+    out["calls"].write_text(json.dumps(calls))
     return out
 
 
@@ -238,6 +242,7 @@ EXPECTED = {
     "future": "from a newer gradviz",
     "nonsense": "do not fit together",
     "edited": "events[0].op should be one of",
+    "calls": "events[0].calls should list [file, line] pairs",
 }
 
 
