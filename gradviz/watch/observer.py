@@ -27,6 +27,7 @@ import sys
 import sysconfig
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -229,9 +230,14 @@ class Observer:
         The user's frames further out, in other files, are kept for the event made next
         (:attr:`Event.calls`): the line of each file that called into the op's."""
         f: Any = sys._getframe(1)
+        users = self._users
         while f is not None:
-            if self._mine(f.f_code):
-                file = f.f_code.co_filename
+            code = f.f_code
+            mine = users.get(code)
+            if mine is None:
+                mine = self._mine(code)
+            if mine:
+                file = code.co_filename
                 self._calls = (file, self._callers(f.f_back, file))
                 return file, f.f_lineno, f
             f = f.f_back
@@ -251,11 +257,17 @@ class Observer:
         """The innermost line of each other user file among the frames from ``f`` outwards."""
         out: list[tuple[str, int]] = []
         seen = {file}
-        while f is not None and len(out) < MAX_CALLERS:
+        users = self._users
+        while f is not None:
             code = f.f_code
-            if code.co_filename not in seen and self._mine(code):
-                seen.add(code.co_filename)
-                out.append((code.co_filename, f.f_lineno))
+            name = code.co_filename
+            if name not in seen:
+                mine = users.get(code)
+                if mine or (mine is None and self._mine(code)):
+                    seen.add(name)
+                    out.append((name, f.f_lineno))
+                    if len(out) == MAX_CALLERS:
+                        break
             f = f.f_back
         return out
 
@@ -936,26 +948,32 @@ def _optimizer_side(
     parameter's values or sample, or one number) added to ``batch``."""
     import torch
 
+    tensor = torch.Tensor
     where = {id(p.tensor): i for i, p in enumerate(ps)}
     lrs: dict[int, float] = {}
     for group in optimizer.param_groups:
         lr = group.get("lr")
-        if isinstance(lr, int | float | torch.Tensor):
+        if isinstance(lr, (int, float, tensor)):
+            lr = float(lr)
             for t in group["params"]:
-                if id(t) in where:
-                    lrs[where[id(t)]] = float(lr)
+                i = where.get(id(t))
+                if i is not None:
+                    lrs[i] = lr
     states: dict[int, dict[str, Any]] = {}
     state = optimizer.state
+    add = batch.add
     for i, p in enumerate(ps):
         kept: dict[str, Any] = {}
         for key, v in state.get(p.tensor, {}).items():
-            if isinstance(v, torch.Tensor):
-                if v.numel() == p.numel and v.is_floating_point():
-                    kept[str(key)] = batch.add(v, p.sample)
-                elif v.numel() == 1:
-                    kept[str(key)] = batch.add(v, scalar=True)
-            elif isinstance(v, int | float) and not isinstance(v, bool):
-                kept[str(key)] = float(v)
+            name = key if type(key) is str else str(key)
+            if isinstance(v, tensor):
+                n = v.numel()
+                if n == p.numel and v.is_floating_point():
+                    kept[name] = add(v, p.sample)
+                elif n == 1:
+                    kept[name] = add(v, scalar=True)
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                kept[name] = float(v)
         if kept:
             states[i] = kept
     return lrs, states
@@ -981,21 +999,25 @@ class Batch:
     they are (parameters too): the copy runs with autograd off, so it never joins a graph.
     """
 
-    __slots__ = ("_decoded", "_flats", "_samples", "_sizes", "_tensors", "_where")
+    __slots__ = ("_copies", "_decoded", "_flats", "_sampled", "_samples", "_sizes", "_tensors", "_where")
 
     def __init__(self) -> None:
         self._tensors: list[Any] = []
         self._samples: list[Any] = []
+        self._sampled = False
         self._flats: list[Any] = []
         self._decoded: dict[int, list[float]] = {}
-        self._sizes: list[tuple[int, int]] = []  # (copy, elements) of each tensor added, in order
+        self._sizes: list[int] = []  # elements of each tensor added, in order ...
+        self._copies: list[int] | None = None  # ... and the copy each is in (None: all in one)
         self._where: list[tuple[int, int, int]] = []
 
     def add(self, tensor: Any, sample: Any = None, *, scalar: bool = False) -> Ref:
         """Queue ``tensor`` (whole, or at its ``sample``'s flat indices) for the copy."""
         self._tensors.append(tensor)
         self._samples.append(sample)
-        return Ref(self, len(self._tensors) - 1, scalar)
+        if sample is not None:
+            self._sampled = True
+        return _new_ref((self, len(self._tensors) - 1, scalar))
 
     def copy(self) -> None:
         """Copy every queued tensor now, and let the originals go."""
@@ -1005,37 +1027,38 @@ class Batch:
         self._tensors, self._samples = [], []
         if not tensors:
             return
-        with torch.no_grad():
-            pieces = (
-                tensors
-                if not any(s is not None for s in samples)
-                else [t if s is None else t.take(s) for t, s in zip(tensors, samples, strict=True)]
-            )
-            devices = [t.device for t in pieces]
-            first = devices[0]
-            groups: list[Any] = (
-                [range(len(pieces))] if all(d == first for d in devices) else _by_device(devices)
-            )
-            sizes: list[tuple[int, int]] = [(0, 0)] * len(pieces)
-            for k, js in enumerate(groups):
-                group = [pieces[j] for j in js]
+        grad_mode = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            pieces = tensors
+            if self._sampled:
+                pieces = [t if s is None else t.take(s) for t, s in zip(tensors, samples, strict=True)]
+            groups: list[list[Any]] = [pieces]
+            if len({t.device for t in pieces}) > 1:
+                by_device = _by_device([t.device for t in pieces])
+                groups = [[pieces[j] for j in js] for js in by_device]
+                self._copies = [0] * len(pieces)
+                for k, js in enumerate(by_device):
+                    for j in js:
+                        self._copies[j] = k
+            for group in groups:
                 # One call into C++ that flattens and joins; one tensor alone comes back as a view.
                 flat = torch._C._nn.flatten_dense_tensors(group) if len(group) > 1 else group[0].reshape(-1)
                 flat = flat.float() if flat.dtype != torch.float32 else flat
                 if len(group) == 1 and flat.data_ptr() == group[0].data_ptr():
                     flat = flat.clone()
                 self._flats.append(_off(flat))
-                for j in js:
-                    sizes[j] = (k, pieces[j].numel())
-        self._sizes = sizes
+            self._sizes = [t.numel() for t in pieces]
+        finally:
+            torch._C._set_grad_enabled(grad_mode)
 
     def _place(self, j: int) -> tuple[int, int, int]:
         if not self._where:  # offsets worked out once, when first read (as the recording is written)
-            starts: dict[int, int] = {}
-            for k, n in self._sizes:
-                start = starts.get(k, 0)
-                self._where.append((k, start, n))
-                starts[k] = start + n
+            copies = self._copies or [0] * len(self._sizes)
+            starts = [0] * len(self._flats)
+            for k, n in zip(copies, self._sizes, strict=True):
+                self._where.append((k, starts[k], n))
+                starts[k] += n
         return self._where[j]
 
     def read(self, j: int) -> Any:
@@ -1071,6 +1094,9 @@ class Ref(NamedTuple):
 
     def floats(self) -> list[float]:
         return self.batch.floats(self.at)
+
+
+_new_ref = partial(tuple.__new__, Ref)  # a Ref made without NamedTuple's own __new__, called per tensor
 
 
 def _floats(t: Any) -> list[float]:
