@@ -1006,10 +1006,11 @@ class Batch:
         self._samples: list[Any] = []
         self._sampled = False
         self._flats: list[Any] = []
-        self._decoded: dict[int, list[float]] = {}
+        # Made when the recording is written: a batch is kept per op, so it holds little until then.
+        self._decoded: dict[int, list[float]] | None = None
         self._sizes: list[int] = []  # elements of each tensor added, in order ...
         self._copies: list[int] | None = None  # ... and the copy each is in (None: all in one)
-        self._where: list[tuple[int, int, int]] = []
+        self._where: list[tuple[int, int, int]] | None = None
 
     def add(self, tensor: Any, sample: Any = None, *, scalar: bool = False) -> Ref:
         """Queue ``tensor`` (whole, or at its ``sample``'s flat indices) for the copy."""
@@ -1024,7 +1025,7 @@ class Batch:
         import torch
 
         tensors, samples = self._tensors, self._samples
-        self._tensors, self._samples = [], []
+        self._tensors = self._samples = []  # let the originals go
         if not tensors:
             return
         grad_mode = torch.is_grad_enabled()
@@ -1053,7 +1054,8 @@ class Batch:
             torch._C._set_grad_enabled(grad_mode)
 
     def _place(self, j: int) -> tuple[int, int, int]:
-        if not self._where:  # offsets worked out once, when first read (as the recording is written)
+        if self._where is None:  # offsets worked out once, when first read
+            self._where = []
             copies = self._copies or [0] * len(self._sizes)
             starts = [0] * len(self._flats)
             for k, n in zip(copies, self._sizes, strict=True):
@@ -1070,6 +1072,8 @@ class Batch:
         """The ``j``-th tensor's values as short decimals (see :func:`shortest_float32`); each of the
         batch's copies is turned into numbers once, whole."""
         k, start, n = self._place(j)
+        if self._decoded is None:
+            self._decoded = {}
         if k not in self._decoded:
             self._decoded[k] = shortest_float32(self._flats[k].numpy())
         return self._decoded[k][start : start + n]
