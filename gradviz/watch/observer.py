@@ -960,13 +960,18 @@ def _optimizer_side(
                 if i is not None:
                     lrs[i] = lr
     states: dict[int, dict[str, Any]] = {}
-    state = optimizer.state
     add = batch.add
-    for i, p in enumerate(ps):
+    # The state's own items, matched by id: a tensor's hash is a Python-level call; and an exact type
+    # check before isinstance, which goes through torch.Tensor's metaclass.
+    for t, st in optimizer.state.items():
+        i = where.get(id(t))
+        if i is None:
+            continue
+        p = ps[i]
         kept: dict[str, Any] = {}
-        for key, v in state.get(p.tensor, {}).items():
+        for key, v in st.items():
             name = key if type(key) is str else str(key)
-            if isinstance(v, tensor):
+            if type(v) is tensor or isinstance(v, tensor):
                 n = v.numel()
                 if n == p.numel and v.is_floating_point():
                     kept[name] = add(v, p.sample)
