@@ -431,13 +431,14 @@ class Observer:
         untouched since reads this copy."""
         loss, self._loss = self._loss, None
         order = self.order
-        ps = [order[pid] for pid in ev.filled] if done else []
-        ps = [p for p in ps if p.tensor is not None and p.tensor.grad is not None]
         batch = Batch()
-        for p in ps:
-            g = p.tensor.grad
+        for pid in ev.filled if done else ():
+            p = order[pid]
+            g = None if p.tensor is None else p.tensor.grad
+            if g is None:
+                continue
             ref = batch.add(g, p.sample)
-            ev.grads[p.id] = ref
+            ev.grads[pid] = ref
             p.ledger = ((id(g), g._version), ref)
         if loss is not None:
             ev.loss = batch.add(loss, scalar=True)
@@ -607,10 +608,14 @@ class Observer:
 
     def _check_manual(self, file: str, line: int) -> None:
         """Leaves that received gradients and changed since last seen: a manual update."""
+        # The version counter first (one attribute read); values only where the counter may miss a move.
         moved = [
             p
             for p in self.order
-            if p.ever_filled and p.tensor is not None and p.value_mark is not None and self._moved(p)
+            if p.ever_filled
+            and p.tensor is not None
+            and p.value_mark is not None
+            and (p.tensor._version != p.value_mark[0] or (p.value_mark[1] is not None and self._moved(p)))
         ]
         if not moved:
             return
