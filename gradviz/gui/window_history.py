@@ -41,6 +41,8 @@ class RunInfo:
     ghost: tuple[tuple[int, tuple[str, ...]], ...] = ()
     # The parameters of each part of an iteration with its own loss and optimizer (the GAN has two).
     phases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The file its source is, where that is not the run's own (a recording's op in another file).
+    file: str = ""
 
     def phase_of(self, param: str) -> str:
         """The phase whose optimizer holds ``param`` ("" for one-phase models)."""
@@ -241,6 +243,8 @@ class PlaneSurface:
         How the points were evaluated (``"closed-form"``, ``"matmul"``, ``"vmap"``).
     paths:
         For a new plane, every run's whole path projected onto it (``PlanePath``), else None.
+    title:
+        The view's title where this surface says it of itself (a recording's, which has no loss).
     """
 
     kind: str
@@ -255,6 +259,7 @@ class PlaneSurface:
     method: str = ""
     # Each run's path projected onto a new plane by the lab (gradviz.gui.surface_path.PlanePath).
     paths: tuple[Any, ...] | None = None
+    title: str = ""
 
     @property
     def extent(self) -> tuple[tuple[float, float], tuple[float, float]]:

@@ -27,6 +27,7 @@ import sys
 import sysconfig
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -41,6 +42,7 @@ MAX_PARAMS = 4096  # tensors followed at most; past them the observer stops
 LATE_LEAVES = 100  # backwards past the third that bring new leaves, at most; then the observer stops
 SOURCE_LINES = 5000  # lines kept per user file at most
 SOURCE_FILES = 50
+MAX_CALLERS = 8  # other user files an op's callers are kept for, at most
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -56,7 +58,7 @@ def _skipped_prefixes() -> tuple[str, ...]:
     return tuple(prefixes)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Event:
     index: int
     op: str  # "backward", "zero_grad", "step", "update"
@@ -69,6 +71,8 @@ class Event:
     zeros: list[int] = field(default_factory=list)  # parameters a zero_grad left holding zeros, not None
     loss: Ref | None = None  # a backward's loss (one number), copied off the device
     grads: dict[int, Ref] = field(default_factory=dict)  # the .grad a backward left, by parameter id
+    # (file, line) of each other user file it was called from, innermost first
+    calls: list[tuple[str, int]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"op": self.op, "file": self.file, "line": self.line, "step": self.step}
@@ -84,6 +88,8 @@ class Event:
             out["params"] = self.params
         if self.zeros:
             out["zeros"] = self.zeros
+        if self.calls:
+            out["calls"] = [[file, line] for file, line in self.calls]
         return out
 
 
@@ -149,6 +155,7 @@ class Observer:
         self._pending: dict[int, tuple[Any, bool]] = {}  # params cleared to zeros, before a step
         self._skip: tuple[str, ...] = ()
         self._users: dict[Any, bool] = {}  # code object -> whether it is the user's
+        self._calls: tuple[str, list[tuple[str, int]]] = ("", [])  # the last place found, its callers
         self.files: list[str] = []
         self._whole = 0  # elements of the parameters recorded whole
         self._backwards = 0
@@ -219,21 +226,50 @@ class Observer:
 
     def _where(self) -> tuple[str, int, Any]:
         """The user's file and line that led here, and its frame: the first frame outside torch,
-        gradviz and the standard library (whether a function's code is the user's is decided once)."""
+        gradviz and the standard library (whether a function's code is the user's is decided once).
+        The user's frames further out, in other files, are kept for the event made next
+        (:attr:`Event.calls`): the line of each file that called into the op's."""
         f: Any = sys._getframe(1)
         users = self._users
         while f is not None:
             code = f.f_code
             mine = users.get(code)
             if mine is None:
-                name = code.co_filename
-                mine = users[code] = not name.startswith(self._skip) and not name.startswith("<")
-                if mine and name not in self.files and len(self.files) < SOURCE_FILES:
-                    self.files.append(name)
+                mine = self._mine(code)
             if mine:
-                return code.co_filename, f.f_lineno, f
+                file = code.co_filename
+                self._calls = (file, self._callers(f.f_back, file))
+                return file, f.f_lineno, f
             f = f.f_back
+        self._calls = ("", [])
         return "<unknown>", 0, None
+
+    def _mine(self, code: Any) -> bool:
+        mine = self._users.get(code)
+        if mine is None:
+            name = code.co_filename
+            mine = self._users[code] = not name.startswith(self._skip) and not name.startswith("<")
+            if mine and name not in self.files and len(self.files) < SOURCE_FILES:
+                self.files.append(name)
+        return mine
+
+    def _callers(self, f: Any, file: str) -> list[tuple[str, int]]:
+        """The innermost line of each other user file among the frames from ``f`` outwards."""
+        out: list[tuple[str, int]] = []
+        seen = {file}
+        users = self._users
+        while f is not None:
+            code = f.f_code
+            name = code.co_filename
+            if name not in seen:
+                mine = users.get(code)
+                if mine or (mine is None and self._mine(code)):
+                    seen.add(name)
+                    out.append((name, f.f_lineno))
+                    if len(out) == MAX_CALLERS:
+                        break
+            f = f.f_back
+        return out
 
     def _event(self, op: str, file: str, line: int, **kw: Any) -> Event | None:
         if len(self.events) >= MAX_EVENTS:
@@ -241,6 +277,8 @@ class Observer:
             self._closing = True
             return None
         ev = Event(len(self.events), op, file, line, self.updates, **kw)
+        if self._calls[0] == file:
+            ev.calls = self._calls[1]
         self.events.append(ev)
         return ev
 
@@ -393,13 +431,14 @@ class Observer:
         untouched since reads this copy."""
         loss, self._loss = self._loss, None
         order = self.order
-        ps = [order[pid] for pid in ev.filled] if done else []
-        ps = [p for p in ps if p.tensor is not None and p.tensor.grad is not None]
         batch = Batch()
-        for p in ps:
-            g = p.tensor.grad
-            ref = batch.add(g.detach(), p.sample)
-            ev.grads[p.id] = ref
+        for pid in ev.filled if done else ():
+            p = order[pid]
+            g = None if p.tensor is None else p.tensor.grad
+            if g is None:
+                continue
+            ref = batch.add(g, p.sample)
+            ev.grads[pid] = ref
             p.ledger = ((id(g), g._version), ref)
         if loss is not None:
             ev.loss = batch.add(loss, scalar=True)
@@ -569,10 +608,14 @@ class Observer:
 
     def _check_manual(self, file: str, line: int) -> None:
         """Leaves that received gradients and changed since last seen: a manual update."""
+        # The version counter first (one attribute read); values only where the counter may miss a move.
         moved = [
             p
             for p in self.order
-            if p.ever_filled and p.tensor is not None and p.value_mark is not None and self._moved(p)
+            if p.ever_filled
+            and p.tensor is not None
+            and p.value_mark is not None
+            and (p.tensor._version != p.value_mark[0] or (p.value_mark[1] is not None and self._moved(p)))
         ]
         if not moved:
             return
@@ -711,7 +754,7 @@ class Observer:
         of sampled tensors, in one copy kept until saved (off a GPU: queued, never waited for).
         A ``.grad`` untouched since a backward's ledger copied it is read from that copy."""
         batch = Batch()
-        values = [batch.add(p.tensor.detach(), p.sample) for p in ps]
+        values = [batch.add(p.tensor, p.sample) for p in ps]
         gvalues: dict[int, Ref] = {}
         for i, p in enumerate(ps):
             g = p.tensor.grad
@@ -720,7 +763,7 @@ class Observer:
             if p.ledger is not None and p.ledger[0] == (id(g), g._version):
                 gvalues[i] = p.ledger[1]
             else:
-                gvalues[i] = batch.add(g.detach(), p.sample)
+                gvalues[i] = batch.add(g, p.sample)
         lrs: dict[int, float] = {}
         states: dict[int, dict[str, Any]] = {}
         if optimizer is not None:
@@ -760,7 +803,7 @@ class Observer:
         """The values of every parameter still alive as the watch ends: what the last update left."""
         batch = Batch()
         alive = [p for p in self.order if p.tensor is not None]
-        out: dict[int, Any] = {p.id: {"values": batch.add(p.tensor.detach(), p.sample)} for p in alive}
+        out: dict[int, Any] = {p.id: {"values": batch.add(p.tensor, p.sample)} for p in alive}
         for o in self.optims.values():
             ps = [self.order[i] for i in o.params if self.order[i].tensor is not None]
             if o.obj is None or not ps:
@@ -910,26 +953,37 @@ def _optimizer_side(
     parameter's values or sample, or one number) added to ``batch``."""
     import torch
 
+    tensor = torch.Tensor
     where = {id(p.tensor): i for i, p in enumerate(ps)}
     lrs: dict[int, float] = {}
     for group in optimizer.param_groups:
         lr = group.get("lr")
-        if isinstance(lr, int | float | torch.Tensor):
+        if isinstance(lr, (int, float, tensor)):
+            lr = float(lr)
             for t in group["params"]:
-                if id(t) in where:
-                    lrs[where[id(t)]] = float(lr)
+                i = where.get(id(t))
+                if i is not None:
+                    lrs[i] = lr
     states: dict[int, dict[str, Any]] = {}
-    state = optimizer.state
-    for i, p in enumerate(ps):
+    add = batch.add
+    # The state's own items, matched by id: a tensor's hash is a Python-level call; and an exact type
+    # check before isinstance, which goes through torch.Tensor's metaclass.
+    for t, st in optimizer.state.items():
+        i = where.get(id(t))
+        if i is None:
+            continue
+        p = ps[i]
         kept: dict[str, Any] = {}
-        for key, v in state.get(p.tensor, {}).items():
-            if isinstance(v, torch.Tensor):
-                if v.numel() == p.numel and v.is_floating_point():
-                    kept[str(key)] = batch.add(v, p.sample)
-                elif v.numel() == 1:
-                    kept[str(key)] = batch.add(v, scalar=True)
-            elif isinstance(v, int | float) and not isinstance(v, bool):
-                kept[str(key)] = float(v)
+        for key, v in st.items():
+            name = key if type(key) is str else str(key)
+            if type(v) is tensor or isinstance(v, tensor):
+                n = v.numel()
+                if n == p.numel and v.is_floating_point():
+                    kept[name] = add(v, p.sample)
+                elif n == 1:
+                    kept[name] = add(v, scalar=True)
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                kept[name] = float(v)
         if kept:
             states[i] = kept
     return lrs, states
@@ -951,55 +1005,85 @@ class Batch:
 
     One ``cat`` per device (one copy off a GPU) instead of a clone per tensor, which costs several
     times as much for a small model; the copy is taken apart only when read, as the recording is
-    written. Values are kept as float32, the precision a recording writes.
+    written. Values are kept as float32, the precision a recording writes. Tensors may be added as
+    they are (parameters too): the copy runs with autograd off, so it never joins a graph.
     """
 
-    __slots__ = ("_decoded", "_flats", "_samples", "_tensors", "_where")
+    __slots__ = ("_copies", "_decoded", "_flats", "_sampled", "_samples", "_sizes", "_tensors", "_where")
 
     def __init__(self) -> None:
         self._tensors: list[Any] = []
         self._samples: list[Any] = []
+        self._sampled = False
         self._flats: list[Any] = []
-        self._decoded: dict[int, list[float]] = {}
-        self._where: list[tuple[int, int, int]] = []
+        # Made when the recording is written: a batch is kept per op, so it holds little until then.
+        self._decoded: dict[int, list[float]] | None = None
+        self._sizes: list[int] = []  # elements of each tensor added, in order ...
+        self._copies: list[int] | None = None  # ... and the copy each is in (None: all in one)
+        self._where: list[tuple[int, int, int]] | None = None
 
     def add(self, tensor: Any, sample: Any = None, *, scalar: bool = False) -> Ref:
         """Queue ``tensor`` (whole, or at its ``sample``'s flat indices) for the copy."""
         self._tensors.append(tensor)
         self._samples.append(sample)
-        return Ref(self, len(self._tensors) - 1, scalar)
+        if sample is not None:
+            self._sampled = True
+        return _new_ref((self, len(self._tensors) - 1, scalar))
 
     def copy(self) -> None:
         """Copy every queued tensor now, and let the originals go."""
         import torch
-        from torch._utils import _flatten_dense_tensors  # one call into C++ that flattens and joins
 
-        pieces = [t if s is None else t.take(s) for t, s in zip(self._tensors, self._samples, strict=True)]
-        devices = [t.device for t in pieces]
-        groups = [list(range(len(pieces)))] if len(set(devices)) == 1 else _by_device(devices)
-        where: list[tuple[int, int, int]] = [(0, 0, 0)] * len(pieces)
-        for k, js in enumerate(groups):
-            flat = _flatten_dense_tensors([pieces[j] for j in js])
-            if len(js) == 1 and flat.dtype == torch.float32:
-                flat = flat.clone()  # one tensor alone comes back as a view of itself, not a copy
-            self._flats.append(_off(flat if flat.dtype == torch.float32 else flat.float()))
-            start = 0
-            for j in js:
-                n = pieces[j].numel()
-                where[j] = (k, start, n)
-                start += n
-        self._where = where
-        self._tensors, self._samples = [], []
+        tensors, samples = self._tensors, self._samples
+        self._tensors = self._samples = []  # let the originals go
+        if not tensors:
+            return
+        grad_mode = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            pieces = tensors
+            if self._sampled:
+                pieces = [t if s is None else t.take(s) for t, s in zip(tensors, samples, strict=True)]
+            groups: list[list[Any]] = [pieces]
+            if len({t.device for t in pieces}) > 1:
+                by_device = _by_device([t.device for t in pieces])
+                groups = [[pieces[j] for j in js] for js in by_device]
+                self._copies = [0] * len(pieces)
+                for k, js in enumerate(by_device):
+                    for j in js:
+                        self._copies[j] = k
+            for group in groups:
+                # One call into C++ that flattens and joins; one tensor alone comes back as a view.
+                flat = torch._C._nn.flatten_dense_tensors(group) if len(group) > 1 else group[0].reshape(-1)
+                flat = flat.float() if flat.dtype != torch.float32 else flat
+                if len(group) == 1 and flat.data_ptr() == group[0].data_ptr():
+                    flat = flat.clone()
+                self._flats.append(_off(flat))
+            self._sizes = [t.numel() for t in pieces]
+        finally:
+            torch._C._set_grad_enabled(grad_mode)
+
+    def _place(self, j: int) -> tuple[int, int, int]:
+        if self._where is None:  # offsets worked out once, when first read
+            self._where = []
+            copies = self._copies or [0] * len(self._sizes)
+            starts = [0] * len(self._flats)
+            for k, n in zip(copies, self._sizes, strict=True):
+                self._where.append((k, starts[k], n))
+                starts[k] += n
+        return self._where[j]
 
     def read(self, j: int) -> Any:
         """The copy of the ``j``-th tensor added: a flat float32 CPU tensor."""
-        k, start, n = self._where[j]
+        k, start, n = self._place(j)
         return self._flats[k][start : start + n]
 
     def floats(self, j: int) -> list[float]:
         """The ``j``-th tensor's values as short decimals (see :func:`shortest_float32`); each of the
         batch's copies is turned into numbers once, whole."""
-        k, start, n = self._where[j]
+        k, start, n = self._place(j)
+        if self._decoded is None:
+            self._decoded = {}
         if k not in self._decoded:
             self._decoded[k] = shortest_float32(self._flats[k].numpy())
         return self._decoded[k][start : start + n]
@@ -1024,6 +1108,9 @@ class Ref(NamedTuple):
 
     def floats(self) -> list[float]:
         return self.batch.floats(self.at)
+
+
+_new_ref = partial(tuple.__new__, Ref)  # a Ref made without NamedTuple's own __new__, called per tensor
 
 
 def _floats(t: Any) -> list[float]:

@@ -20,7 +20,9 @@ number is written as the string ``"nan"``, ``"inf"`` or ``"-inf"``)::
                   "who": "SGD #0", "filled": [0, 1], "params": [0, 1],
                   "loss": 0.42,             # a backward's loss, when it is one number
                   "grads": {"0": [..]},     # the .grad it left (values, or the sample)
-                  "zeros": [0]}],           # a zero_grad's parameters left holding zeros, not None
+                  "zeros": [0],             # a zero_grad's parameters left holding zeros, not None
+                  "calls": [["train.py", 30]]}],  # the line of each other user file it was called
+                                                  # from, innermost first
       "updates": [{"event": 3, "step": 0, "op": "step",
                    "params": {"0": {"norm": 1.2, "grad": 0.3 | "none",
                                     "values": [..], "grad_values": [..],     # small tensors
@@ -37,8 +39,8 @@ number is written as the string ``"nan"``, ``"inf"`` or ``"-inf"``)::
 after a manual update was seen; a step's ``state`` is the optimizer's state for that
 parameter then (tensors like the parameter's values or sample, numbers as they are).
 ``final`` holds the parameters as the watch ended (after the last update it saw).
-``loss``, ``grads``, ``zeros``, ``lr``, ``state``, ``final`` and ``device`` may be absent. ``sources``
-holds the lines of the user's files that ran, as read from the files (at most 5,000 lines
+``loss``, ``grads``, ``zeros``, ``calls``, ``lr``, ``state``, ``final`` and ``device`` may be absent.
+``sources`` holds the lines of the user's files that ran, as read from the files (at most 5,000 lines
 of 500 characters per file, 50 files).
 """
 
@@ -240,6 +242,15 @@ def _check(data: dict[str, Any]) -> list[Finding]:
                 isinstance(ids, list) and all(_is_int(x) and 0 <= x < n for x in ids),
                 f"{where}.{key} should list parameter ids",
             )
+        calls = ev.get("calls", [])
+        _need(
+            isinstance(calls, list)
+            and all(
+                isinstance(c, list) and len(c) == 2 and isinstance(c[0], str) and _is_int(c[1]) and c[1] >= 0
+                for c in calls
+            ),
+            f"{where}.calls should list [file, line] pairs",
+        )
     for i, u in enumerate(_list(data, "updates")):
         where = f"updates[{i}]"
         _need(isinstance(u, dict), f"{where} should be an object")

@@ -225,9 +225,10 @@ def replay_of(rec: Recording, where: str = "") -> Replay:
     files = _files(rec, events, file, where)
     source, note = files[file]
     run_info = RunInfo(name=run, note=note, source=source, ops=(), names=names, shapes=shapes, spec=spec)
-    # The next op's line is marked only where it lies in the file shown: that of the op before it.
+    # The next op is marked in the file shown (that of the op before it): at its own line, or at the
+    # line of that file that called into the next op's (0: neither; the code panel's note says where).
     schedule = tuple(
-        (OpSlot("", r.op, 0, r.line if t == 0 or ev["file"] == events[t - 1]["file"] else 0, r.line, r.line),)
+        (OpSlot("", r.op, 0, r.line if t == 0 else _line_in(ev, events[t - 1]["file"]), r.line, r.line),)
         for t, (r, ev) in enumerate(zip(records, events, strict=True))
     )
     initial_flat = values.params_after(-1)
@@ -245,15 +246,23 @@ def replay_of(rec: Recording, where: str = "") -> Replay:
         initial={run: initial},
         parameter_count=sum(int(p["numel"]) for p in params),
     )
-    shown_in: dict[str, LabInfo] = {}  # the lab as the code panel shows it, by the file of the op
+    shown_at: list[LabInfo] = []  # the lab as the code panel shows it after each op
     info = replace(
         info,
         position=partial(_position, tuple(r.op for r in records), n_updates),
-        code_at=partial(_code_at, tuple(ev["file"] for ev in events), shown_in),
+        code_at=partial(_code_at, shown_at),
     )
-    for other, (text, other_note) in files.items():
-        shown = replace(run_info, source=text, note=other_note)
-        shown_in[other] = info if other == file else replace(info, runs=(shown,))
+    labs: dict[tuple[str, str], LabInfo] = {}  # by (file shown, note): one lab each
+    for t, ev in enumerate(events):
+        text, note = files[ev["file"]]
+        after = _next_elsewhere(events, t)
+        note = " ".join(n for n in (note, after) if n)
+        key = (ev["file"], note)
+        if key not in labs:
+            same = key == (file, run_info.note)
+            shown = replace(run_info, source=text, note=note, file=os.path.basename(ev["file"]))
+            labs[key] = info if same else replace(info, runs=(shown,))
+        shown_at.append(labs[key])
     history = WindowHistory(info)
     history.extend(StepResult({run: tuple(entries)}, (), {run: None}, -2, {}, True))
     linked = tuple(LinkedFinding(f, _tick_of(f, events)) for f in rec.findings)
@@ -285,6 +294,10 @@ def path_surface(replay: Replay) -> PlaneSurface:
     (x0, x1), (y0, y1) = fit_extent(project(plane, path).coords)
     xs, ys = np.linspace(x0, x1, 3), np.linspace(y0, y1, 3)
     note = f"{NO_SURFACE} The path is drawn over its principal-components plane."
+    title = (
+        "No loss surface for a recording (no model or data in it): "
+        "its path over the principal-components plane"
+    )
     if replay.sampled:
         more = len(replay.sampled) - 2
         few = ", ".join(replay.sampled[:2]) + (f" and {more} more" if more > 0 else "")
@@ -293,6 +306,11 @@ def path_surface(replay: Replay) -> PlaneSurface:
             f"{path.shape[1]:,} values recorded of {replay.info.parameter_count:,} ({few} by a sample "
             f"of {'its' if len(replay.sampled) == 1 else 'their'} elements): a plane through those "
             "coordinates only."
+        )
+        title = (
+            f"No loss surface for a recording (no model or data in it), nor a path through all its weights: "
+            f"{few} {'was' if len(replay.sampled) == 1 else 'were'} sampled; the path of the "
+            f"{path.shape[1]:,} values recorded"
         )
     return PlaneSurface(
         kind="pca",
@@ -303,6 +321,7 @@ def path_surface(replay: Replay) -> PlaneSurface:
         final=True,
         note=note,
         method="none",
+        title=title,
     )
 
 
@@ -316,9 +335,25 @@ def _position(ops: tuple[str, ...], updates: int, tick: int) -> str:
     return f"op {tick + 1} of {len(ops)} · after update {done} of {updates}"
 
 
-def _code_at(files: tuple[str, ...], by_file: Mapping[str, LabInfo], tick: int) -> LabInfo:
+def _code_at(shown_at: list[LabInfo], tick: int) -> LabInfo:
     """The lab showing the file of the op at ``tick`` (the first op's before it)."""
-    return by_file[files[min(max(tick, 0), len(files) - 1)]]
+    return shown_at[min(max(tick, 0), len(shown_at) - 1)]
+
+
+def _line_in(ev: Mapping[str, Any], file: str) -> int:
+    """The line of ``file`` where ``ev`` ran or that called into where it ran; 0 where none did."""
+    if ev["file"] == file:
+        return int(ev["line"])
+    return next((int(line) for f, line in ev.get("calls", []) if f == file), 0)
+
+
+def _next_elsewhere(events: list[dict[str, Any]], t: int) -> str:
+    """Where the op after ``t`` runs, in words, when no line of ``t``'s file can be marked for it."""
+    if t + 1 >= len(events) or _line_in(events[t + 1], events[t]["file"]):
+        return ""
+    ev = events[t + 1]
+    what = "the manual update" if ev["op"] == "update" else f"{ev['op']}()"
+    return f"The next op, {what}, runs at line {ev['line']} of {os.path.basename(ev['file'])}."
 
 
 def _files(rec: Recording, events: list[dict[str, Any]], main: str, where: str) -> dict[str, tuple[str, str]]:

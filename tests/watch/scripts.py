@@ -327,3 +327,30 @@ for epoch in range(4):
     update(model, optimizer)
 """
 )
+
+# zero_grad(set_to_none=False) between backward() and step(): the step sees zeros.
+ZEROED_BEFORE_STEP = CLEARED_BEFORE_STEP.replace(
+    "optimizer.zero_grad()", "optimizer.zero_grad(set_to_none=False)"
+)
+
+# Parameter groups with learning rates of their own, as fine-tuning scripts set them.
+PARAM_GROUPS = (
+    HEADER
+    + """\
+model = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))
+optimizer = torch.optim.SGD(
+    [
+        {"params": model[0].parameters(), "lr": 0.01},
+        {"params": model[2].parameters()},
+    ],
+    lr=0.1,
+    momentum=0.9,
+)
+
+for step in range(5):
+    optimizer.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+)

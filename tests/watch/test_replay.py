@@ -112,6 +112,8 @@ def test_the_surface_says_why_there_is_none_and_gives_the_paths_plane(printing):
     surface = path_surface(replay)
     assert surface.kind == "pca" and not np.isfinite(surface.Z).any()
     assert surface.note.startswith(NO_SURFACE)
+    assert surface.title.startswith("No loss surface for a recording (no model or data in it)")
+    assert surface.title.endswith("its path over the principal-components plane")
     assert len(replay.path) == 7, "the start and the parameters after each of the 6 steps"
 
 
@@ -126,9 +128,14 @@ def test_a_sampled_recording_draws_its_path_over_the_plane_of_the_values_it_hold
     assert replay.path[0].size == recorded_values
     assert surface.note.startswith(NO_SURFACE)
     assert f"the {recorded_values:,} values recorded of 6,801 (model.2.weight by a sample" in surface.note
+    assert "principal-components" not in surface.title, "the plane is not that of the weights"
+    assert surface.title.endswith(
+        "nor a path through all its weights: model.2.weight was sampled; "
+        f"the path of the {recorded_values:,} values recorded"
+    )
 
 
-def test_an_op_in_another_file_shows_that_files_line_and_the_next_line_only_where_it_is_shown(several_files):
+def test_an_op_in_another_file_shows_that_file_and_where_the_next_op_runs(several_files):
     replay = load_replay(several_files.recording)
     history = replay.history.runs[replay.run]
     backward = _line(scripts.SEVERAL_FILES, "loss.backward()")
@@ -139,9 +146,18 @@ def test_an_op_in_another_file_shows_that_files_line_and_the_next_line_only_wher
     assert script is replay.info and replay.info.code_at(-1) is replay.info
     assert script.runs[0].source.splitlines() == scripts.SEVERAL_FILES.splitlines()
     assert helpers.runs[0].source.splitlines() == scripts.HELPERS.splitlines()
-    assert helpers.runs[0].note.endswith("helpers.py: the op at the cursor ran here, called from the script.")
-    # The step's line is not marked in train.py, nor the backward's in helpers.py.
-    assert [slot.line for (slot,) in replay.info.schedule[:3]] == [backward, 0, 0]
+    assert script.runs[0].file in ("", "train.py") and helpers.runs[0].file == "helpers.py"
+    assert "helpers.py: the op at the cursor ran here, called from the script." in helpers.runs[0].note
+    # In train.py the step is marked at the line that calls into helpers.py; helpers.py has no line of
+    # the backward that follows, so its note says where that runs.
+    call = _line(scripts.SEVERAL_FILES, "update(model, optimizer)")
+    assert [slot.line for (slot,) in replay.info.schedule[:3]] == [backward, call, 0]
+    assert helpers.runs[0].note.endswith(f"The next op, backward(), runs at line {backward} of train.py.")
+    assert (
+        replay.info.code_at(replay.history.last_tick)
+        .runs[0]
+        .note.endswith("helpers.py: the op at the cursor ran here, called from the script.")
+    ), "after the last op nothing runs next"
     [finding] = replay.findings
     assert finding.text == (
         f"train.py:{backward}: warning: backward() added to .grad that still held the gradient used by the "
@@ -164,8 +180,10 @@ def test_another_file_missing_from_the_recording_is_read_now_or_said_to_be_gone(
     edited.write_text(json.dumps(data))
     shown = load_replay(edited).info.code_at(1).runs[0]
     assert shown.source == ""
+    backward = _line(scripts.SEVERAL_FILES, "loss.backward()")
     assert shown.note.endswith(
-        "gone.py is neither in the recording nor on this computer: its lines cannot be shown."
+        "gone.py is neither in the recording nor on this computer: its lines cannot be shown. "
+        f"The next op, backward(), runs at line {backward} of train.py."
     )
 
 
@@ -212,6 +230,10 @@ def _bad_recordings(good: Path, folder: Path) -> dict[str, Path]:
     edited["events"][0]["op"] = "explode"
     out["edited"] = folder / "edited.json"
     out["edited"].write_text(json.dumps(edited))
+    calls = json.loads(text)
+    calls["events"][0]["calls"] = ["train.py", 3]  # a pair, not a list of pairs
+    out["calls"] = folder / "calls.json"
+    out["calls"].write_text(json.dumps(calls))
     return out
 
 
@@ -220,6 +242,7 @@ EXPECTED = {
     "future": "from a newer gradviz",
     "nonsense": "do not fit together",
     "edited": "events[0].op should be one of",
+    "calls": "events[0].calls should list [file, line] pairs",
 }
 
 

@@ -92,6 +92,9 @@ def test_the_surface_says_why_a_recording_has_none(window, qtbot, forgot):
     caption = window.surface.caption.text()
     assert caption.startswith("No loss surface for a recording")
     assert "principal-components plane" in caption
+    title = window.surface.title.text()
+    assert title.startswith("No loss surface for a recording") and "weight space" not in title
+    assert title.endswith("its path over the principal-components plane")
 
 
 def test_file_open_on_a_bad_recording_shows_one_sentence(window, qtbot, forgot, tmp_path, monkeypatch):
@@ -106,7 +109,7 @@ def test_file_open_on_a_bad_recording_shows_one_sentence(window, qtbot, forgot, 
     assert window.controller.replay is not None and window.findings.count() == 1, "the open recording stays"
 
 
-def test_an_op_in_another_file_shows_that_file_and_the_last_op_marks_no_next_line(window, several_files):
+def test_an_op_in_another_file_shows_that_file_and_where_the_next_op_runs(window, several_files):
     window.open_scenario(str(several_files.recording))
     c = window.controller
     step = _line(scripts.HELPERS, "optimizer.step()")
@@ -115,15 +118,21 @@ def test_an_op_in_another_file_shows_that_file_and_the_last_op_marks_no_next_lin
     window.redraw()
     assert window.code.editor.toPlainText().splitlines() == scripts.HELPERS.splitlines()
     assert window.code.ran == (step, step)
+    assert window.code.title.text().endswith("helpers.py</span>"), "the title names the file shown"
     assert not window.code.next_line, "the next op (a backward) is in train.py: no line here is marked"
     assert "helpers.py: the op at the cursor ran here" in window.code.note.text()
+    assert f"The next op, backward(), runs at line {backward} of train.py." in window.code.note.text()
     assert window.narration.text().startswith("optimizer.step() moved"), "quoting the line of helpers.py"
     c.seek(2)
     window.redraw()
     assert "loss.backward()" in window.code.editor.toPlainText() and window.code.ran == (backward, backward)
+    assert window.code.title.text().endswith("train.py</span>")
+    assert window.code.next_line == _line(scripts.SEVERAL_FILES, "update(model, optimizer)"), (
+        "the next op, the step in helpers.py, is marked at the line that calls it"
+    )
     c.seek(c.history.last_tick - 1)
     window.redraw()
-    assert not window.code.next_line, "the next op, the step, is in the other file"
+    assert window.code.next_line == _line(scripts.SEVERAL_FILES, "update(model, optimizer)")
     c.seek(c.history.last_tick)
     window.redraw()
     assert window.code.ran == (step, step) and window.code.next_line is None, (

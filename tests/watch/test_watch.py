@@ -50,8 +50,9 @@ def findings(proc: subprocess.CompletedProcess) -> list[str]:
         scripts.MANUAL_ZEROES,
         scripts.DCGAN,
         scripts.EPOCHS,
+        scripts.PARAM_GROUPS,
     ],
-    ids=["docs", "set-to-none-false", "gan-detach", "manual-sgd", "dcgan", "epochs"],
+    ids=["docs", "set-to-none-false", "gan-detach", "manual-sgd", "dcgan", "epochs", "param-groups"],
 )
 def test_a_correct_loop_gets_no_finding(tmp_path, source):
     proc = watch(tmp_path, source)
@@ -104,6 +105,16 @@ def test_clearing_between_backward_and_step_learns_nothing(tmp_path):
     assert findings(proc) == [
         f"train.py:{zero}: warning: zero_grad() cleared the .grad that backward() at line {backward} had "
         f"filled, before step() at line {step} used it; step() sees None: nothing is learned"
+    ]
+
+
+def test_clearing_to_zeros_between_backward_and_step_learns_nothing_either(tmp_path):
+    proc = watch(tmp_path, scripts.ZEROED_BEFORE_STEP)
+    src = scripts.ZEROED_BEFORE_STEP
+    zero, backward, step = (_line(src, t) for t in ("zero_grad(", "backward()", "step()"))
+    assert findings(proc) == [
+        f"train.py:{zero}: warning: zero_grad() cleared the .grad that backward() at line {backward} had "
+        f"filled, before step() at line {step} used it; step() sees zeros: nothing is learned"
     ]
 
 

@@ -342,8 +342,9 @@ class CodeView(QWidget):
         self.shown = (runs.index(self.info.run(name)),) if name else tuple(range(len(runs)))
         if len(runs) == 1 or (name and not self.controls_shown):
             index = self.shown[0]
+            shown = runs[index].file or name  # the file of the lines shown, where not the run's own
             self.title.setText(
-                f"Code of <span style='color:{run_color(index)}'>{run_glyph(index)} {name}</span>"
+                f"Code of <span style='color:{run_color(index)}'>{run_glyph(index)} {shown}</span>"
             )
         else:
             self.title.setText("Code of run" if name else "Code of")

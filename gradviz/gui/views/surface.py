@@ -488,6 +488,8 @@ class SurfaceView(QWidget):
         new_plane = self.plane_surface is None or self.plane_surface.plane is not surface.plane
         if not self.state.set_plane_surface(surface):
             return
+        if surface.title:
+            self.title.setText(surface.title)
         if new_plane:
             index = self.plane_kind.findData(surface.kind)
             if index >= 0:
