@@ -342,6 +342,26 @@ class Observer:
         now = t.take(p.sample) if p.sample is not None else t.reshape(-1)
         return not torch.equal(now, p.value_mark[1])
 
+    def _zeroed_before_update(self, p: Param) -> bool:
+        """A manual loop's leaf written in place (its version moved) to the same values, its ``.grad``
+        now all zeros where the last backward had left a gradient that is not: the update used a
+        ``.grad`` zeroed before it (``W.grad.zero_()`` above ``W -= lr * W.grad``)."""
+        if p.optimizer is not None or not p.fills or p.ledger is None or p.value_mark is None:
+            return False
+        t, before = p.tensor, p.value_mark[1]
+        g = t.grad
+        if before is None or g is None or t._version == p.value_mark[0]:
+            return False
+        import torch
+
+        now = t.detach()
+        now = now.take(p.sample) if p.sample is not None else now.reshape(-1)
+        return (
+            torch.equal(now, before)
+            and not bool(g.detach().any())
+            and bool(torch.as_tensor(p.ledger[1].read()).any())
+        )
+
     def _sync(self, ps: Iterable[Param], clearing: Event | None) -> None:
         """Bring each parameter's state up to date with its ``.grad`` as it is now."""
         changed = []
@@ -620,9 +640,23 @@ class Observer:
         if not moved:
             return
         where = _update_line(file, line, moved)
+        zeroed = [p for p in moved if self._zeroed_before_update(p)]
         ev = self._event("update", where[0], where[1], params=[p.id for p in moved])
         if ev is None:
             return
+        if zeroed:
+            b = self.events[zeroed[0].fills[-1]]
+            zeroed.sort(key=lambda p: _update_line(ev.file, 0, [p])[1])  # as the code has them
+            names = " and ".join(f"{_short(p.name)}.grad" for p in zeroed[:3])
+            them = "it" if len(zeroed) == 1 else "them"
+            self._report(
+                ev,
+                "warning",
+                f"the update here moved nothing: {names} had been zeroed since backward() at {_at(b, ev)} "
+                f"filled {them}, so the update used zeros and nothing is learned (zero .grad after the "
+                "update, not before)",
+                "lost",
+            )
         self._before_update(moved, ev, None)
         self._record(moved, ev)
         for p in moved:

@@ -161,6 +161,19 @@ for step in range(5):
 """
 )
 
+MANUAL_ZEROES_FIRST = MANUAL_ZEROES.replace(
+    """        W -= lr * W.grad
+        b -= lr * b.grad
+        W.grad.zero_()
+        b.grad.zero_()
+""",
+    """        W.grad.zero_()
+        b.grad.zero_()
+        W -= lr * W.grad
+        b -= lr * b.grad
+""",
+)
+
 MANUAL_NEVER_ZEROES = (
     HEADER
     + """\

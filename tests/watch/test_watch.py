@@ -152,6 +152,17 @@ def test_a_manual_loop_that_never_zeroes(tmp_path):
     ]
 
 
+def test_a_manual_loop_that_zeroes_before_the_update_learns_nothing(tmp_path):
+    proc = watch(tmp_path, scripts.MANUAL_ZEROES_FIRST)
+    src = scripts.MANUAL_ZEROES_FIRST
+    backward, update = _line(src, "loss.backward()"), _line(src, "W -= lr")
+    assert findings(proc) == [
+        f"train.py:{update}: warning: the update here moved nothing: W.grad and b.grad had been zeroed "
+        f"since backward() at line {backward} filled them, so the update used zeros and nothing is "
+        "learned (zero .grad after the update, not before)"
+    ]
+
+
 def test_a_grad_that_is_none_raises_with_the_traceback_and_one_gradviz_line(tmp_path):
     proc = watch(tmp_path, scripts.GRAD_IS_NONE)
     assert proc.returncode == 1
