@@ -279,10 +279,18 @@ def grad_text(grad: Any) -> str:
     if grad is None:
         return ""
     if not isinstance(grad, np.ndarray):
-        return "(" + ", ".join(map(str, grad.shape)) + ")"
+        return _shape(grad)
     if grad.size <= 2:
         return fmt.array(grad, limit=2)
-    return f"‖g‖ {fmt.number(float(np.linalg.norm(grad.astype(np.float64))), 3)}"
+    return f"‖g‖ {_norm(grad)}"
+
+
+def _shape(grad: Any) -> str:
+    return "(" + ", ".join(map(str, grad.shape)) + ")"
+
+
+def _norm(grad: np.ndarray) -> str:
+    return fmt.number(float(np.linalg.norm(grad.astype(np.float64))), 3)
 
 
 def addition_text(before: np.ndarray | None, added: np.ndarray, after: np.ndarray | None) -> str:
@@ -325,7 +333,7 @@ def _carried(grad: Any) -> str:
     if grad is None:
         return ""
     if not isinstance(grad, np.ndarray):
-        return " of shape (" + ", ".join(map(str, grad.shape)) + ")"
+        return f" of shape {_shape(grad)}"
     if grad.size <= 2:
         return " " + grad_text(grad)
-    return f" of norm {fmt.number(float(np.linalg.norm(grad.astype(np.float64))), 3)}"
+    return f" of norm {_norm(grad)}"
