@@ -97,6 +97,17 @@ def test_the_surface_says_why_a_recording_has_none(window, qtbot, forgot):
     assert title.endswith("its path over the principal-components plane")
 
 
+def test_a_recording_too_short_for_a_plane_promises_none(window, qtbot, tmp_path):
+    from tests.watch.test_watch import watch
+
+    proc = watch(tmp_path, scripts.FORGOT, "--steps", "1", "-o", "rec.json")
+    assert proc.returncode == 0, proc.stderr
+    window.open_scenario(str(tmp_path / "rec.json"))
+    window.controller.seek(2)
+    qtbot.waitUntil(lambda: "too few updates" in window.surface.caption.text())
+    assert window.surface.title.text() == "Loss surface: none drawn"
+
+
 def test_file_open_on_a_bad_recording_shows_one_sentence(window, qtbot, forgot, tmp_path, monkeypatch):
     bad = tmp_path / "bad.json"
     bad.write_text(forgot.read_text()[:200])

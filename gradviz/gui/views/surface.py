@@ -182,6 +182,7 @@ class SurfaceView(QWidget):
         self._painted: int | None = None
 
         self.title = QLabel("Loss surface")
+        self._plane_title = "Loss surface"
         self.title.setObjectName("panelTitle")
         # A long title wraps rather than holding the column wide (presentation type, a lesson beside).
         self.title.setWordWrap(True)
@@ -459,7 +460,8 @@ class SurfaceView(QWidget):
         self.image.setVisible(self.mode == "plane")
         n = info.parameter_count
         what = "loss curve over its one parameter" if self.mode == "curve" else "plane through weight space"
-        self.title.setText(f"Loss surface: {n:,} parameter{'s' if n != 1 else ''}, a {what}")
+        self._plane_title = f"Loss surface: {n:,} parameter{'s' if n != 1 else ''}, a {what}"
+        self.title.setText(self._plane_title)
         self.caption.setText("Computing the surface…")
         self.recompute()
 
@@ -479,8 +481,9 @@ class SurfaceView(QWidget):
         self.progress.setVisible(busy and self.mode in ("plane", "curve"))
 
     def set_plane_failed(self, message: str) -> None:
-        """Say why no surface could be drawn."""
+        """Say why no surface could be drawn, and that none is (the title no longer promises a plane)."""
         if self.mode in ("plane", "curve"):
+            self.title.setText("Loss surface: none drawn")
             self.caption.setText(message)
 
     def set_plane_surface(self, surface: PlaneSurface) -> None:
@@ -488,8 +491,7 @@ class SurfaceView(QWidget):
         new_plane = self.plane_surface is None or self.plane_surface.plane is not surface.plane
         if not self.state.set_plane_surface(surface):
             return
-        if surface.title:
-            self.title.setText(surface.title)
+        self.title.setText(surface.title or self._plane_title)
         if new_plane:
             index = self.plane_kind.findData(surface.kind)
             if index >= 0:
