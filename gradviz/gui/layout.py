@@ -134,7 +134,9 @@ class Layout:
 WINDOW_LAYOUT = Layout(
     (
         Column((Cell(("code",), 3), Cell(("grads",), 2)), 5, "left"),
-        Column((Cell(("surface", "surface3d", "graph"), 3), Cell(("timeline",), 2)), 6, "right"),
+        Column((Cell(("surface", "surface3d"), 3), Cell(("timeline",), 2)), 6, "right"),
+        # The graph's layers go down from the loss to the leaves: the window's full height is its room.
+        Column((Cell(("graph",), 1),), 3, "graph"),
     )
 )
 
