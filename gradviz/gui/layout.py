@@ -130,11 +130,22 @@ class Layout:
             height = max(height, h)
         return int(width * scale), int(height * scale)
 
+    def widths(self, shown: Iterable[str], total: int) -> list[int]:
+        """Each column's width in ``total`` pixels by its share, 0 for one that holds no view of ``shown``."""
+        keep = set(shown)
+        stretch = [c.stretch if keep & set(c.views) else 0 for c in self.columns]
+        sizes = [total * s // max(sum(stretch), 1) for s in stretch]
+        last = max((i for i, s in enumerate(stretch) if s), default=0)
+        sizes[last] += total - sum(sizes)  # what rounding left over
+        return sizes
+
 
 WINDOW_LAYOUT = Layout(
     (
         Column((Cell(("code",), 3), Cell(("grads",), 2)), 5, "left"),
-        Column((Cell(("surface", "surface3d", "graph"), 3), Cell(("timeline",), 2)), 6, "right"),
+        Column((Cell(("surface", "surface3d"), 3), Cell(("timeline",), 2)), 6, "right"),
+        # The graph's layers go down from the loss to the leaves: the window's full height is its room.
+        Column((Cell(("graph",), 1),), 3, "graph"),
     )
 )
 

@@ -134,6 +134,7 @@ class MainWindow(QMainWindow):
         }
         self.split, self.columns = _splitters({**self.panels, "surface3d": self.surface3d}, tuple(VIEWS))
         self.left, self.right = self.columns["left"], self.columns["right"]
+        self._graph_column = False  # whether the graph's column was shown at the last share of the width
         surfaces = self.surface.parentWidget()
         assert isinstance(surfaces, QSplitter)  # the 2-D and 3-D surfaces share a row
         self.surfaces: QSplitter = surfaces
@@ -811,13 +812,14 @@ class MainWindow(QMainWindow):
         chrome = self.code.width() - editor.viewport().width() + 2 * int(editor.document().documentMargin())
         widest = max((editor.fontMetrics().horizontalAdvance(d.text) for d in self.code.lines), default=0)
         code_w = max(code_w, widest + chrome)
-        width = self.split.width()
+        graph = self.columns["graph"].width() if self._graph_column else 0  # keeps its share
+        width = self.split.width() - graph
         if self.right.isVisible() and self.left.isVisible():
             # As wide as the loop, within limits; never so wide that the surface loses its readable width.
             scale = PRESENTATION_MIN_SCALE if self.presenting else 1.0
             right = WINDOW_LAYOUT.minimum(self._shown_views(self.right), scale)[0]
             left = min(max(code_w, int(width * 0.4)), int(width * 0.62), width - right)
-            self.split.setSizes([left, width - left])
+            self.split.setSizes([left, width - left, graph])
             QApplication.processEvents()  # lines longer than the column wrap: measure them wrapped
         if self.grads.isVisible() and self.code.isVisible():
             grads = self.grads
@@ -931,6 +933,24 @@ class MainWindow(QMainWindow):
     def _fix_splitters(self) -> None:
         # A splitter whose children are all hidden would keep an empty column.
         _hide_empty(self.split)
+        # The graph's column shown or hidden just now: the columns share the width anew by their shares
+        # (once laid out: a window not yet shown has not its width).
+        graph = not self.columns["graph"].isHidden()
+        if graph != self._graph_column:
+            self._graph_column = graph
+            QTimer.singleShot(0, self._share_columns)
+
+    def _share_columns(self) -> None:
+        """The graph's column at its share, taken from the surfaces' column down to its readable
+        width before the code's: the loop stays as unwrapped as it was."""
+        sizes = self.split.sizes()
+        if not self._graph_column or len(sizes) != 3:
+            self.split.setSizes(WINDOW_LAYOUT.widths(self._shown_views(self.split), self.split.width()))
+            return
+        total = sum(sizes)
+        graph = max(WINDOW_LAYOUT.widths(self._shown_views(self.split), total)[2], VIEWS["graph"].min_size[0])
+        right = max(sizes[1] - graph, WINDOW_LAYOUT.minimum(self._shown_views(self.right))[0])
+        self.split.setSizes([total - right - graph, right, graph])
 
     # ------------------------------------------------------------ settings
     def _load_settings(self) -> None:

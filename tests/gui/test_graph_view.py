@@ -401,3 +401,20 @@ def test_a_graph_too_large_node_by_node_is_drawn_one_box_per_layer_and_says_so(q
     assert not view.grouped.isChecked()  # the reader's choice stays as it was
     drawn = texts(SimpleNamespace(graph=view))
     assert any(t.endswith("rnn step 8") for t in drawn) and not any(t[-13:] == "TanhBackward0" for t in drawn)
+
+
+def test_the_window_s_default_layout_shows_a_chain_s_graph_whole_and_readable(window, qtbot):
+    from gradviz.gui.views.graph import MIN_POINTS, SMALL_TYPE
+
+    w = window("two-batch-accumulation")
+    assert w.width() == 1280 and w.height() == 720
+    for ops in (2, 1, 2):  # after the forward, after its backward, after the second backward
+        step(w, ops)
+        QApplication.processEvents()
+        view = w.graph
+        assert view.isVisible() and view.fitted and not view.boxed
+        # No scroll bar has anywhere to go: the whole chain, loss to leaf, is in view.
+        assert view.canvas.horizontalScrollBar().maximum() == 0
+        assert view.canvas.verticalScrollBar().maximum() == 0
+        assert view.points * SMALL_TYPE * view.canvas.transform().m11() >= MIN_POINTS
+        assert any(t.endswith("weight · AccumulateGrad") for t in texts(w))

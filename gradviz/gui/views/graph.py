@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -334,6 +334,8 @@ class GraphView(QWidget):
         self.canvas = QGraphicsView(self.scene)
         self.canvas.setRenderHint(QPainter.RenderHint.Antialiasing)
         self.canvas.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        # Fitted to the canvas, not the panel: a note that wraps to another line takes from its height.
+        self.canvas.installEventFilter(self)
         head = QHBoxLayout()
         head.setContentsMargins(0, 0, 0, 0)
         head.addWidget(self.title, 1)
@@ -618,9 +620,10 @@ class GraphView(QWidget):
             self._memo,
         )
 
-    def resizeEvent(self, event: Any) -> None:
-        super().resizeEvent(event)
-        self._render()
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.canvas and event.type() == QEvent.Type.Resize:
+            self._render()
+        return super().eventFilter(watched, event)
 
     def _leaf_color(self) -> str:
         if self.info is None or self.run_name is None:
