@@ -256,3 +256,84 @@ def test_the_inspector_measures_its_columns_only_when_their_room_changes(open_wi
     # Here the reference run's .grad goes None and back each iteration (set_to_none), which does
     # change a column's room; the other ops leave the widths as they are, unmeasured.
     assert len(fits) <= 0.6 * 200, f"{len(fits)} measurements over 200 frames"
+
+
+class Handed:
+    """Counts, per item, the points and texts the timeline hands to pyqtgraph (what makes it repaint)."""
+
+    def __init__(self, monkeypatch) -> None:
+        import pyqtgraph as pg
+
+        self.calls: list[object] = []
+        for cls, name in (
+            (pg.PlotDataItem, "setData"),
+            (pg.ScatterPlotItem, "setData"),
+            (pg.TextItem, "setPos"),
+            (pg.TextItem, "setHtml"),
+        ):
+            monkeypatch.setattr(cls, name, self._counting(getattr(cls, name)))
+
+    def _counting(self, call):
+        def counted(item, *args, **kwargs):
+            self.calls.append(item)
+            return call(item, *args, **kwargs)
+
+        return counted
+
+    def of(self, items) -> int:
+        return sum(1 for item in self.calls if any(item is i for i in items))
+
+
+def _now(window):
+    from gradviz.gui.window_history import Moment
+
+    c = window.controller
+    return Moment(c.info, c.history, c.history.last_tick)
+
+
+def test_a_frame_that_changes_nothing_hands_the_timeline_nothing(open_window, qtbot, monkeypatch) -> None:
+    from gui_helpers import press, settle
+    from PySide6.QtCore import Qt
+
+    w = open_window()
+    press(qtbot, w, Qt.Key.Key_Right, 9)
+    settle(qtbot, w)
+    tl = w.timeline
+    handed = Handed(monkeypatch)
+    tl._drawn = None  # draw every row again, as a frame with a new op would
+    tl.draw(_now(w))
+    settle(qtbot, w)
+    assert handed.calls == [], "no curve, marker or name is handed what it already shows"
+
+
+def test_a_new_op_hands_only_the_rows_it_changes(open_window, qtbot, monkeypatch) -> None:
+    from gui_helpers import press, settle
+    from PySide6.QtCore import Qt
+
+    w = open_window("rnn-tbptt")  # its walked row changes only at a backward()
+    tl, c = w.timeline, w.controller
+    press(qtbot, w, Qt.Key.Key_Right, 7)
+    settle(qtbot, w)
+    checked = 0
+    for _ in range(12):
+        span = tl.plots["nodes"].getViewBox().viewRange()
+        status = [c.history.runs[r.name].statuses[-1] for r in c.info.runs]
+        handed = Handed(monkeypatch)
+        press(qtbot, w, Qt.Key.Key_Right, 1)
+        settle(qtbot, w)
+        running = [i for i, r in enumerate(c.info.runs) if c.history.runs[r.name].statuses[-1] == "running"]
+        newest = {c.history.runs[c.info.runs[i].name].ops[-1] for i in running}
+        assert running and all(handed.of([tl.curves["loss"][i]]) == 1 for i in running), (
+            "new losses are drawn"
+        )
+        # Where the row's range stays (the names then keep their places) and no backward() ran.
+        if "backward" not in newest and tl.plots["nodes"].getViewBox().viewRange() == span:
+            checked += 1
+            assert handed.of(tl.curves["nodes"]) == 0, "no backward(): the walked row is left as it is"
+            assert handed.of([tl.end_labels["nodes"].dots, *tl.end_labels["nodes"].items]) == 0
+        still = [
+            tl.ends[i] for i, r in enumerate(c.info.runs) if c.history.runs[r.name].statuses[-1] == status[i]
+        ]
+        assert handed.of(still) == 0, "a run whose state did not change keeps its end cross as it is"
+        monkeypatch.undo()
+    assert checked >= 2

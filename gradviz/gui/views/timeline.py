@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainterPath, QResizeEvent, QTransform
+from PySide6.QtCore import QPointF, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QPainterPath, QPen, QResizeEvent, QTransform
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from gradviz.gui.theme import LIGHT, OP_COLORS, OP_LETTERS, Theme, run_color, run_dash, run_glyph, run_symbol
@@ -405,6 +405,11 @@ class EndLabels:
         # Each run's end: x, y, the name's HTML; None where its series has no point yet.
         self.ends: list[tuple[float, float, str] | None] = []
         self.colours: list[QColor] = []
+        # Each run's marker pen and brush, made once per lab rather than once a frame.
+        self._pens: list[QPen] = []
+        self._brushes: list[QBrush] = []
+        # What the markers and names were last placed for: a frame that changes none of it costs nothing.
+        self._placed: tuple[Any, ...] | None = None
         self.font = QFont()
         self.background = QColor(LIGHT.base)
         box = plot.getViewBox()
@@ -414,7 +419,11 @@ class EndLabels:
     def set_runs(self, colours: list[QColor]) -> None:
         """A new lab's runs, in their colours; no ends until :meth:`set_ends`."""
         self.colours = colours
+        self._pens = [pg.mkPen(c) for c in colours]
+        self._brushes = [pg.mkBrush(c) for c in colours]
         self.ends = [None] * len(colours)
+        self.dots.setData([], [])
+        self._placed = None
 
     def set_style(self, font: QFont, background: str) -> None:
         """Names in ``font`` over a backing of ``background``; markers sized to the type."""
@@ -424,6 +433,7 @@ class EndLabels:
         for item in self.items:
             item.textItem.setFont(font)
             item.fill = pg.mkBrush(self._backing())
+        self._placed = None
         self.place()
 
     def _backing(self) -> QColor:
@@ -433,18 +443,17 @@ class EndLabels:
 
     def set_ends(self, ends: list[tuple[float, float, str] | None]) -> None:
         """Each run's end (x, y, its name's HTML), None where its series has no point; placed at once."""
+        if ends == self.ends:
+            return
         self.ends = ends
-        spots = [
-            {
-                "pos": (e[0], e[1]),
-                "brush": self.colours[i],
-                "pen": pg.mkPen(self.colours[i]),
-                "symbol": run_symbol(i),
-            }
-            for i, e in enumerate(ends)
-            if e is not None
-        ]
-        self.dots.setData(spots)
+        shown = [i for i, e in enumerate(ends) if e is not None]
+        self.dots.setData(
+            x=[ends[i][0] for i in shown],  # type: ignore[index]
+            y=[ends[i][1] for i in shown],  # type: ignore[index]
+            pen=[self._pens[i] for i in shown],
+            brush=[self._brushes[i] for i in shown],
+            symbol=[run_symbol(i) for i in shown],
+        )
         self.place()
 
     def texts(self) -> list[str]:
@@ -456,6 +465,10 @@ class EndLabels:
         box = self.plot.getViewBox()
         (x0, x1), (y0, y1) = box.viewRange()
         w, h = box.width(), box.height()
+        placed = (x0, x1, y0, y1, w, h, self.ends)
+        if placed == self._placed:
+            return
+        self._placed = placed
         line = QFontMetrics(self.font).height() + 3  # a line of text and its backing's margins
         ends = [(i, e) for i, e in enumerate(self.ends) if e is not None and np.isfinite(e[1])]
         if w <= 0 or h <= 0 or x1 <= x0 or y1 <= y0 or not ends:
@@ -526,8 +539,9 @@ class EndLabels:
             if self._html[k] != html:
                 item.setHtml(html)
                 self._html[k] = html
-            item.setAnchor((0, 0.5))
-            item.setPos(x0 + left / w * (x1 - x0), y1 - row / h * (y1 - y0))
+            at = QPointF(x0 + left / w * (x1 - x0), y1 - row / h * (y1 - y0))
+            if item.pos() != at:
+                item.setPos(at)
             item.setVisible(True)
         for item in self.items[len(lines) :]:
             item.setVisible(False)
@@ -755,7 +769,11 @@ class TimelineView(QWidget):
         self._tape_k = 1  # ticks per column of the image shown
         self._tape_done = 0  # ticks already averaged into whole columns
         self._tape_means = np.zeros((0, 1, 4))
+        self._tape_rect = (0, 0)  # the ticks and runs the tape's image spans
         self.ends: list[pg.ScatterPlotItem] = []
+        # What each curve and end cross was last handed: a row whose data did not change is not
+        # handed it again (each hand-over makes pyqtgraph repaint the item).
+        self._handed: dict[int, tuple[Any, ...]] = {}
         box = QVBoxLayout(self)
         box.setContentsMargins(4, 4, 4, 4)
         box.addWidget(self.title)
@@ -891,12 +909,14 @@ class TimelineView(QWidget):
         self._tape_filled = [0] * len(info.runs)
         self._tape_n = 0
         self._tape_k = 1
+        self._tape_rect = (0, 0)
         self._letters_key = None
         self._moment = None  # a moment of the lab before
         self.tape_letters.setData([], [])
         for e in self.ends:
             self.plots["loss"].removeItem(e)
         self.ends = []
+        self._handed.clear()
         values = {"loss": log10_or_zero, "grad": log10_or_zero, "saved": saved_bytes, "nodes": nodes_walked}
         for i, run in enumerate(info.runs):
             colour = QColor(run_color(i))
@@ -1077,10 +1097,8 @@ class TimelineView(QWidget):
             for key in keys:
                 points[key].append(self.lines[key][i].update(rt.ticks, columns[key], n))
             end = _last_finite(rt.loss, n) if n and rt.statuses[n - 1] != "running" else None
-            if end is not None:
-                self.ends[i].setData([rt.ticks[end] + 0.5], [float(np.log10(rt.loss[end]))])
-            else:
-                self.ends[i].setData([], [])
+            cross = (rt.ticks[end] + 0.5, float(np.log10(rt.loss[end]))) if end is not None else ()
+            self._hand(self.ends[i], np.array(cross[:1]), np.array(cross[1:]))
         for key in LOG_ROWS:
             points[key] = self._on_floor(key, points[key])
         kinds = loss_kinds(info)
@@ -1089,7 +1107,7 @@ class TimelineView(QWidget):
             for i, (x, y) in enumerate(points[key]):
                 if key == "nodes":  # markers only: the backward() calls
                     x, y = x[np.isfinite(y)], y[np.isfinite(y)]
-                self.curves[key][i].setData(x, y)
+                self._hand(self.curves[key][i], x, y)
                 name = info.runs[i].name
                 if key == "loss" and kinds[i]:
                     name += f": {kinds[i]}"
@@ -1105,8 +1123,16 @@ class TimelineView(QWidget):
         for curve, line, column in zip(
             self.curves["distance"], self.lines["distance"], history.distance, strict=True
         ):
-            curve.setData(*line.update(history.distance_ticks, column, shown))
+            self._hand(curve, *line.update(history.distance_ticks, column, shown))
         self._draw_tape(moment)
+
+    def _hand(self, item: pg.PlotDataItem | pg.ScatterPlotItem, x: np.ndarray, y: np.ndarray) -> None:
+        """Give ``item`` the points ``x``, ``y`` unless they are the ones it already draws."""
+        was = self._handed.get(id(item))
+        if was is not None and np.array_equal(was[0], x) and np.array_equal(was[1], y, equal_nan=True):
+            return
+        self._handed[id(item)] = (x, y)
+        item.setData(x, y)
 
     def _on_floor(
         self, key: str, points: list[tuple[np.ndarray, np.ndarray]]
@@ -1165,7 +1191,9 @@ class TimelineView(QWidget):
             self._tape_filled[r] = count
         self._tape_n = n
         self.tape_image.setImage(self._tape_columns(n), levels=(0, 255), autoLevels=False)
-        self.tape_image.setRect(0, 0, n, runs)
+        if self._tape_rect != (n, runs):
+            self._tape_rect = (n, runs)
+            self.tape_image.setRect(0, 0, n, runs)
         self._draw_letters()
 
     def _letter_px(self) -> float:
