@@ -87,17 +87,18 @@ def test_a_true_surface_is_evaluated_once_per_extent_and_follows_the_paths_up_to
 
 
 # ------------------------------------------------------- the window's views
-def _isocurve_counter(monkeypatch) -> list[int]:
-    import pyqtgraph.graphicsItems.IsocurveItem as isocurve_module
+def _contour_counter(monkeypatch) -> list[int]:
+    """How many contour lines the surface view traces from here on."""
+    import gradviz.gui.views.surface as surface_module
 
     calls = [0]
-    real = isocurve_module.fn.isocurve
+    real = surface_module.contour_path
 
     def counted(*args, **kwargs):
         calls[0] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(isocurve_module.fn, "isocurve", counted)
+    monkeypatch.setattr(surface_module, "contour_path", counted)
     return calls
 
 
@@ -112,7 +113,7 @@ def test_contours_are_traced_once_per_surface_however_often_it_is_drawn(
         qtbot.waitUntil(lambda: surface.plane_surface.final, timeout=30000)
     settle(qtbot, w)
     surface.plot_widget.grab()  # the first grid's contours are traced when first painted
-    calls = _isocurve_counter(monkeypatch)
+    calls = _contour_counter(monkeypatch)
     version = surface.state.version
     moment = w.controller.moment()
     for k in range(300):
@@ -121,15 +122,16 @@ def test_contours_are_traced_once_per_surface_however_often_it_is_drawn(
             surface.plot_widget.grab()
             w.set_theme("dark" if k % 60 else "light")  # new colours, the same grid
     surface.plot_widget.grab()
-    assert surface.state.version == version
-    assert calls[0] == 0, f"{calls[0]} contour lines traced again for a surface that did not change"
+    # A grid that arrives late (a loaded machine) is a new surface: its lines are traced once.
+    new_grids = surface.state.version - version
+    assert calls[0] <= CONTOURS * new_grids, f"{calls[0]} contour lines traced for {new_grids} new grids"
 
 
 def test_play_traces_contours_only_for_the_grids_it_shows(open_window, qtbot, monkeypatch) -> None:
     w = open_window("forgot-zero-grad")
     surface = w.surface
     surface.plot_widget.grab()
-    calls = _isocurve_counter(monkeypatch)
+    calls = _contour_counter(monkeypatch)
     grids: list[int] = []
     surface.surface_changed.connect(lambda: grids.append(surface.state.version))
     for _ in range(120):
