@@ -128,6 +128,12 @@ def test_tick_labels_stay_apart_at_presentation_type(open_window, qtbot, scenari
 
 
 # ------------------------------------------------------------ saved bytes
+def _records(c, run: str, op: str) -> list:
+    """The records the window holds of every ``op`` of ``run``, in order."""
+    ops = c.history.runs[run].ops
+    return [c.history.record(run, j) for j, name in enumerate(ops) if name == op]
+
+
 def test_the_peak_saved_for_backward_stays_in_view_after_the_step(open_window, qtbot) -> None:
     w = open_window("virtual-batch")
     c = w.controller
@@ -137,10 +143,8 @@ def test_the_peak_saved_for_backward_stays_in_view_after_the_step(open_window, q
     assert tl.plots["saved"].isVisible()
     peaks = {}
     for i, run in enumerate(c.info.runs):
-        rt = c.history.runs[run.name]
-        forwards = [c.history.record(run.name, j) for j, op in enumerate(rt.ops) if op == "forward"]
-        peaks[run.name] = max(rec.footprint.saved for rec in forwards)
-        last = c.history.record(run.name, len(rt) - 1)
+        peaks[run.name] = max(rec.footprint.saved for rec in _records(c, run.name, "forward"))
+        last = c.history.record(run.name, len(c.history.runs[run.name]) - 1)
         assert last.op == "step" and last.footprint.saved == 0, "after the step autograd holds nothing"
         _, y = tl.curves["saved"][i].getData()
         assert np.nanmax(y) == peaks[run.name]
@@ -208,9 +212,7 @@ def test_the_nodes_each_backward_walked_show_the_graph_growing_without_detach(op
     assert tl.plots["nodes"].isVisible()
     walked = {}
     for i, run in enumerate(c.info.runs):
-        rt = c.history.runs[run.name]
-        backs = [c.history.record(run.name, j) for j, op in enumerate(rt.ops) if op == "backward"]
-        walked[run.name] = [rec.footprint.nodes for rec in backs]
+        walked[run.name] = [rec.footprint.nodes for rec in _records(c, run.name, "backward")]
         _, y = tl.curves["nodes"][i].getData()
         assert list(y[np.isfinite(y)]) == walked[run.name], "one marker per backward(), at its count"
     assert len(set(walked["detach"])) == 1, "detach walks one chunk each time"
