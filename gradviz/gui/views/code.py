@@ -229,6 +229,8 @@ class CodeView(QWidget):
         self.runs.setObjectName("codeRun")
         self.runs.setToolTip("Show every run's loop, or one run's alone (to read and edit it whole)")
         self.runs.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # a focused combo box eats letter shortcuts
+        # As wide as its longest entry: a narrow column must not cut "every run" short.
+        self.runs.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.runs.currentIndexChanged.connect(self._pick_run)
         self.note = QLabel("")
         self.note.setObjectName("status")
