@@ -11,11 +11,20 @@ the reveal, and asks the lab for the answers (computed from its records by
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html import escape
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QLineEdit, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
 from gradviz.gui.controller import Controller
 
@@ -23,6 +32,10 @@ HINT = (
     "1–5 or a–e: choose · Enter: reveal · Page Down: the rest of the answers, then the next stop"
     " · Page Up: back · Ctrl+L: end the lesson"
 )
+
+
+# After the reveal: the right choice, and a wrong one that was chosen.
+MARKS = ("   ✓", "   ✗")
 
 
 class _Choice(QLabel):
@@ -39,14 +52,16 @@ class _Choice(QLabel):
         self.setCursor(Qt.CursorShape.PointingHandCursor)
         self.set_state(False)
 
-    def set_state(self, chosen: bool, correct: bool = False) -> None:
+    def set_state(self, chosen: bool, correct: bool = False, revealed: bool = False) -> None:
         # The frame's weight and a mark say which is chosen and which is right, not colour alone.
         width = 3 if chosen else 1
-        mark = "   ✓" if correct else ""
+        mark = MARKS[0] if correct else MARKS[1] if revealed and chosen else ""
         self.setStyleSheet(
             f"QLabel {{ border: {width}px solid palette(mid); border-radius: 4px; padding: 4px 8px; }}"
         )
-        base = self.text().removesuffix("   ✓")
+        base = self.text()
+        for old in MARKS:
+            base = base.removesuffix(old)
         self.setText(base + mark)
 
     def mousePressEvent(self, event: Any) -> None:
@@ -104,21 +119,29 @@ class _QuestionBox(QWidget):
         return True
 
     def show_reveal(self, reveal: Any) -> None:
-        if reveal.right:
-            head = "<b>Correct.</b>"
-        elif not reveal.answered:
-            head = f"<b>The answer:</b> {escape(reveal.answer, quote=False)}"
-        else:
-            why, answer = escape(reveal.explanation, quote=False), escape(reveal.answer, quote=False)
-            head = f"<b>Not quite:</b> {why}<br><b>The answer:</b> {answer}"
-        facts = "".join(f"<li>{escape(f, quote=False)}</li>" for f in reveal.facts)
-        self.result.setText(head + (f"<br>In the real run:<ul>{facts}</ul>" if facts else ""))
+        # The right choice is marked above: its letter names it, its text is not said twice.
+        right = [self.question.labels[i] + ")" for i in reveal.correct] if self.choices else []
+        answer = escape(" ".join(right) or reveal.answer, quote=False)
+        text = reveal_text(reveal.right, reveal.answered, reveal.explanation, answer, reveal.facts)
+        self.result.setText(text)
         self.result.setVisible(True)
         self.locked = True
         for item in self.choices:
-            item.set_state(item.index == self.chosen, item.index in reveal.correct)
+            item.set_state(item.index == self.chosen, item.index in reveal.correct, revealed=True)
         if self.entry is not None:
             self.entry.setEnabled(False)
+
+
+def reveal_text(right: bool, answered: bool, explanation: str, answer: str, facts: Any) -> str:
+    """A reveal as rich text: correct, or why the answer was wrong and the right one; the real numbers."""
+    if right:
+        head = "<b>Correct.</b>"
+    elif not answered:
+        head = f"<b>The answer:</b> {answer}"
+    else:
+        head = f"<b>Not quite:</b> {escape(explanation, quote=False)}<br><b>The answer:</b> {answer}"
+    items = "".join(f"<li>{escape(f, quote=False)}</li>" for f in facts)
+    return head + (f"<br>In the real run:<ul>{items}</ul>" if items else "")
 
 
 class LessonPanel(QWidget):
@@ -179,7 +202,9 @@ class LessonPanel(QWidget):
             self.body.insertWidget(self.body.count() - 1, q)
             self.questions.append(q)
         first = self.current()
-        if first is not None and first.entry is not None:
+        if not self.isVisible():
+            pass  # a panel only measured takes no focus from the one shown
+        elif first is not None and first.entry is not None:
             first.entry.setFocus()
         else:
             self.setFocus()
@@ -258,15 +283,60 @@ class LessonPanel(QWidget):
         spacing = self._box.spacing() * (len(parts) - 1)
         return margins.top() + margins.bottom() + spacing + sum(w.heightForWidth(at) for w, at in parts)
 
-    def least_width(self, low: int, high: int, height: int) -> int:
-        """The narrowest width from ``low`` to ``high`` at which all of it fits ``height`` (else ``high``)."""
-        if self.height_for(high) > height:
+    def lesson_width(self, stops: tuple[Any, ...], low: int, high: int, height: int) -> int:
+        """The narrowest width from ``low`` to ``high`` at which every stop's questions read unscrolled.
+
+        Each stop is measured with its caption and its questions, unanswered: a panel this
+        wide keeps its width from stop to stop, so the views beside it keep still. (A reveal's
+        real numbers are known only once its op has run; the window widens the panel for
+        them only as far as one answer needs to be read whole.)
+        """
+        probe = LessonPanel(self.parentWidget())
+        probe.hide()
+        probe.hint.setVisible(self.hint.isVisibleTo(self))
+        probe.ensurePolished()
+        try:
+            widest = low
+            for i, placed in enumerate(stops):
+                probe.show_stop(i, len(stops), placed)
+                widest = probe.least_width(widest, high, lambda w: probe.reads_at(w, height))
+            return widest
+        finally:
+            probe.deleteLater()
+
+    def reads_at(self, width: int, height: int) -> bool:
+        """Whether all of it reads unscrolled at ``width`` in ``height``."""
+        return self.height_for(width) <= height and self._across(width)
+
+    def _across(self, width: int) -> bool:
+        """Whether no question, choice or answer is wider than the questions' view at ``width``."""
+        margins = self._box.contentsMargins()
+        bar = self.questions_area.verticalScrollBar().sizeHint().width()
+        return width - margins.left() - margins.right() - bar >= self._questions.minimumSizeHint().width()
+
+    def answers_fit(self, width: int, height: int) -> bool:
+        """Whether at ``width`` each revealed answer, on its own, fits the questions' view in ``height``."""
+        if not self._across(width):
+            return False
+        margins = self._box.contentsMargins()
+        inner = max(width - margins.left() - margins.right(), 1)
+        bar = self.questions_area.verticalScrollBar().sizeHint().width()
+        above = [w.heightForWidth(inner) for w in (self.title, self.caption)]
+        if self.hint.isVisibleTo(self):
+            above.append(self.hint.heightForWidth(inner))
+        room = height - margins.top() - margins.bottom() - sum(above) - self._box.spacing() * len(above)
+        shown = [q.result for q in self.questions if not q.result.isHidden()]
+        return all(r.heightForWidth(max(inner - bar, 1)) <= room for r in shown)
+
+    def least_width(self, low: int, high: int, fits: Callable[[int], bool]) -> int:
+        """The narrowest width from ``low`` to ``high`` at which ``fits`` holds (else ``high``)."""
+        if not fits(high):
             return high
-        if self.height_for(low) <= height:
+        if fits(low):
             return low
         while high - low > 4:
             mid = (low + high) // 2
-            if self.height_for(mid) <= height:
+            if fits(mid):
                 high = mid
             else:
                 low = mid

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +99,10 @@ class MainWindow(QMainWindow):
         self.controller = controller or Controller(threaded=True, parent=self)
         self.interactive = interactive
         self.presenting = False
-        self._lesson_width = 0  # how wide the lesson panel has had to be in this lesson
+        # The lesson panel's width for the bounds it was measured in (least, most, height, type).
+        self._lesson_width: tuple[tuple[int, int, int, float], int] = ((0, 0, 0, 0.0), 0)
         self.points: float = BASE_POINT_SIZE  # body type: larger in presentation mode
+        self._fitted_rows: list[int] = []  # the inspector's row heights when the column was last shared
         self.theme: Theme = theme_named("light")
         self.last_error: str | None = None
         self.restore: dict[str, tuple[str, ...]] = {}
@@ -577,7 +580,7 @@ class MainWindow(QMainWindow):
         self.act_lesson.blockSignals(False)
         for act in self.lesson_keys:
             act.setEnabled(started)
-        self._lesson_width = 0  # the panel's width grows stop by stop, never back: the views keep still
+        self._lesson_width = ((0, 0, 0, 0.0), 0)  # measured anew for this lesson's stops
         if self.presenting:
             self._show_chosen()
             QTimer.singleShot(0, self.fit_presentation)  # the views' share of the screen changed
@@ -636,6 +639,9 @@ class MainWindow(QMainWindow):
                 view.draw(moment)  # type: ignore[attr-defined]
         if self.surface3d.isVisible():
             self.surface3d.draw(moment)
+        if self.presenting and not self.controller.playing and self.grads.row_heights() != self._fitted_rows:
+            # Rows wrapped anew at a pause: share the column again, so no row shows cut in half.
+            QTimer.singleShot(0, self._fit_columns)
         if self.findings.isVisible():
             self.findings.mark(moment.tick)
         text = narrate(moment if shown is None else replace(moment, info=shown), self.code.run_name)
@@ -830,8 +836,12 @@ class MainWindow(QMainWindow):
             for _ in range(2):
                 loop, whole = self._code_heights()
                 least = [loop, grads.content_height(lead)]
-                self.left.setSizes(share(sum(self.left.sizes()), least, [whole, grads.content_height()]))
+                total = sum(self.left.sizes())
+                _, rows = share(total, least, [whole, grads.content_height()])
+                rows = grads.whole_rows_height(rows)  # the code takes what a half row would have
+                self.left.setSizes([total - rows, rows])
                 QApplication.processEvents()
+        self._fitted_rows = self.grads.row_heights()
         self.code.show_loop()
 
     def _shown_views(self, within: QWidget) -> list[str]:
@@ -873,11 +883,16 @@ class MainWindow(QMainWindow):
             width - views - 20,
             max(width - loop - 20, share_least),
         )
-        # Presentation holds the widest a stop has needed, so the views keep still for the room.
-        held = self._lesson_width if self.presenting else 0
-        least = min(max(share_least, held), most)
-        self._lesson_width = panel.least_width(max(least, 1), max(most, 1), panel.height())
-        panel.setFixedWidth(self._lesson_width)
+        # One width for the whole lesson, measured over every stop's questions: the views keep still
+        # beside it. A reveal widens it only where one answer could not be read whole, and that holds.
+        bounds = (max(min(share_least, most), 1), max(most, 1), panel.height(), self.points)
+        if self._lesson_width[0] != bounds:
+            self._lesson_width = (bounds, panel.lesson_width(self.lesson.stops, *bounds[:3]))
+        _, high, height, _ = bounds
+        fits = partial(panel.answers_fit, height=height)
+        need = panel.least_width(min(self._lesson_width[1], high), high, fits)
+        self._lesson_width = (bounds, need)
+        panel.setFixedWidth(need)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)

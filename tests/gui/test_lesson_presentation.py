@@ -62,6 +62,15 @@ def _check_views(window: MainWindow, size: tuple[int, int], where: str) -> None:
     for i in lead:
         rect = table.visualRect(table.model().index(i, 0))
         assert rect.bottom() <= table.viewport().height(), f"{where}: row {grads.shown_rows[i]} out of view"
+    if table.verticalScrollBar().value() == 0:
+        cut = [
+            grads.shown_rows[i]
+            for i in range(len(grads.shown_rows))
+            if table.visualRect(table.model().index(i, 0)).top()
+            < table.viewport().height()
+            < table.visualRect(table.model().index(i, 0)).bottom()
+        ]
+        assert not cut, f"{where}: the inspector shows {cut[0]} cut in half"
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -117,4 +126,47 @@ def test_every_question_and_reveal_reads_whole_in_presentation_mode(name, size, 
             window.lesson.next()
     finally:
         window.set_presentation(False, full_screen=False)  # the app's type is shared: leave it normal
+        controller.shutdown()
+
+
+def test_a_reveal_leaves_the_views_their_room(qtbot) -> None:
+    """At 1280x720 the answer to forgot-zero-grad's first question reads whole beside a loop that
+    does not wrap, and the panel never narrows again in the lesson: the views do not jump back."""
+    controller = Controller(threaded=False)
+    window = MainWindow(controller, interactive=False)
+    qtbot.addWidget(window)
+    try:
+        window.resize(1280, 720)
+        window.show()
+        window.set_presentation(True, full_screen=False)
+        controller.open("forgot-zero-grad")
+        controller.set_speed(0)
+        window.resize(1280, 720)
+        assert window.set_lesson(True)
+        panel, doc = window.lesson_panel, window.code.editor.document()
+        widths = []
+        for placed in controller.info.stops[:2]:
+            qtbot.waitUntil(
+                lambda p=placed: controller.cursor == p.tick - 1 and not controller.playing, timeout=20000
+            )
+            _settle()
+            widths.append(panel.width())
+            for _ in panel.questions:
+                assert window.lesson.choose(0)
+            window.lesson.next()
+            qtbot.waitUntil(lambda: all(q.result.isVisible() for q in panel.questions), timeout=20000)
+            _settle()
+            widths.append(panel.width())
+            wrapped = [
+                window.code.lines[r].text
+                for r in range(len(window.code.lines))
+                if doc.findBlockByNumber(r).layout().lineCount() > 1
+            ]
+            assert not wrapped, f"beside the answer the code wraps {wrapped[0]!r}"
+            stop = window.lesson.index
+            while window.lesson.index == stop:  # the answers paged through, then the next stop
+                window.lesson.next()
+        assert widths == sorted(widths), f"the lesson panel narrowed again: {widths}"
+    finally:
+        window.set_presentation(False, full_screen=False)
         controller.shutdown()

@@ -741,6 +741,17 @@ class GradsView(QWidget):
         chrome = self.height() - table.viewport().height()
         return chrome + sum(table.rowHeight(r) for r in shown)
 
+    def whole_rows_height(self, height: int) -> int:
+        """The tallest height up to ``height`` that ends on a row's edge: no row is shown cut in half."""
+        rows = [r for r in range(self.table.rowCount()) if not self.table.isRowHidden(r)]
+        fit = self.content_height(0)
+        for count in range(1, len(rows) + 1):
+            need = self.content_height(count)
+            if need > height:
+                break
+            fit = need
+        return max(fit, min(height, self.content_height(1)))
+
     def row_heights(self) -> list[int]:
         """Each row's height as laid out now."""
         return [self.table.rowHeight(row) for row in range(self.table.rowCount())]
