@@ -125,6 +125,8 @@ class MainWindow(QMainWindow):
         self.timeline = TimelineView()
         self.graph = GraphView()
         self.graph.stepped.connect(self._graph_stepped)
+        self.graph.on_replay_request(self.controller.request_graph)
+        self.controller.graph_replayed.connect(lambda got: self.graph.set_replayed(*got))
         self.panels: dict[str, QWidget] = {
             "code": self.code,
             "surface": self.surface,

@@ -61,8 +61,8 @@ MIN_POINTS = 7.0  # the least type size (after scaling) the details are drawn at
 GROUPED_TO_FIT = "Drawn one box per layer: node by node it would not fit the view readably."
 TOO_LARGE = "Too large to read whole here: scroll for the rest."
 COMPACT_NODES = 60
-# A backward that raised while the view was closed is replayed to show where, up to this iteration.
-REPLAY_ITERATIONS = 50
+# A backward that raised while the view was closed is walked again on the lab's thread meanwhile.
+FINDING = "Finding where backward() raised…"
 MEMO_LIMIT = 4000  # text widths and layouts a view remembers
 
 
@@ -306,7 +306,10 @@ class GraphView(QWidget):
         self._part: tuple[int, int] | None = None
         self.fitted = True  # the whole graph drawn is in view
         self.boxed = False  # drawn one box per layer
+        # The graphs of backwards that raised while the view was closed, walked again on request.
         self._replays: dict[tuple[int, str, int], Graph | None] = {}
+        self._asked: tuple[int, str, int] | None = None
+        self._ask: Callable[[str, int], None] | None = None
         self._animated_tick = -2
         self._step = 0
         self._timer = QTimer(self)
@@ -399,16 +402,29 @@ class GraphView(QWidget):
             return
         graph, tick = moment.graph(run)
         raised = moment.record(run)
+        finding = None
         if (
             raised is not None
             and raised.error
             and raised.slot.op == "backward"
             and (graph is None or tick < raised.tick)
+            and self.info is not None
         ):
-            # The view was closed when the run raised: the graph it raised in, from a replay.
-            replayed = self._replayed(moment, raised)
-            if replayed is not None:
-                graph, tick = replayed, raised.tick
+            # The view was closed when the run raised: the graph it raised in, walked again.
+            key = (id(self.info), raised.run, raised.tick)
+            if key in self._replays:
+                replayed = self._replays[key]
+                if replayed is not None:
+                    graph, tick = replayed, raised.tick
+            elif self._ask is not None:
+                finding = key
+        if finding is not None:
+            self.shown = Shown(None, moment.tick, 0, False, FINDING)
+            self._render()
+            if self._asked != finding:
+                self._asked = finding
+                self._ask(finding[1], finding[2])  # type: ignore[misc]  # set, as finding is
+            return
         ran = 0
         freed = False
         if graph is not None:
@@ -429,24 +445,21 @@ class GraphView(QWidget):
         self.shown = Shown(graph, tick, ran, freed, self._sentence(moment, graph, tick, ran, freed))
         self._render()
 
-    def _replayed(self, moment: Moment, rec: Any) -> Graph | None:
-        """The graph of the backward ``rec`` raised in, captured by running its scenario again up to
-        it (as ``gradviz graph`` does); None past :data:`REPLAY_ITERATIONS` or where that fails."""
-        from gradviz.engine.errors import UserError
-        from gradviz.engine.graph import capture_graph
+    def on_replay_request(self, ask: Callable[[str, int], None]) -> None:
+        """Call ``ask(run, tick)`` for the graph of a backward that raised while the view was closed;
+        the answer comes back through :meth:`set_replayed`. Without it such a graph is not drawn."""
+        self._ask = ask
 
-        key = (id(moment.info), rec.run, rec.tick)
-        if key not in self._replays:
-            graph = None
-            run = moment.info.run(rec.run)
-            if rec.iteration < REPLAY_ITERATIONS and rec.slot in run.ops:
-                k = sum(1 for s in run.ops[: run.ops.index(rec.slot) + 1] if s.op == "backward")
-                try:
-                    graph = capture_graph(moment.info.scenario, rec.run, rec.iteration, k)
-                except (UserError, RuntimeError, ValueError, KeyError):
-                    graph = None  # not to be made again (a recording's file gone): say what is known
-            self._replays = {key: graph}
-        return self._replays[key]
+    def set_replayed(self, run: str, tick: int, graph: Graph | None) -> None:
+        """The graph of ``run``'s backward at ``tick``, walked again (None where it could not be)."""
+        if self.info is None:
+            return
+        key = (id(self.info), run, tick)
+        if self._asked == key:
+            self._asked = None
+        self._replays = {key: graph}
+        if self._moment is not None:
+            self.draw(self._moment)
 
     def backward_length(self, moment: Moment) -> int:
         """How many nodes ran in the drawn run's backward at ``moment``'s own tick (0: no backward there)."""
