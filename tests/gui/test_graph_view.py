@@ -387,6 +387,44 @@ def test_an_export_lights_a_backward_node_by_node_in_pytorchs_order(qapp, tmp_pa
     assert seen[-1][2].startswith("backward() raised in ")
 
 
+def test_an_export_frame_of_the_graph_shows_no_controls(qapp, tmp_path):
+    from PySide6.QtWidgets import QCheckBox, QComboBox
+
+    from gradviz.gui.export_frame import FrameStyle
+    from gradviz.gui.export_frames import ExportJob, ExportRange
+    from gradviz.gui.export_renderer import run_inline
+
+    out = tmp_path / "frames"
+    out.mkdir()
+    style = FrameStyle((1280, 720), ("graph",))
+    job = ExportJob("gan-detach", out, style=style, fps=4, frames=ExportRange(ops=3))
+    renderer = job.renderer
+    render = renderer.render
+    seen: list[tuple[bool, list[str], str]] = []
+
+    def looked_at(*args, **kwargs):
+        out = render(*args, **kwargs)
+        frame = renderer.frame
+        view = frame.shown_views()["graph"]
+        controls = frame.findChildren(QCheckBox) + frame.findChildren(QComboBox)
+        drew = view.shown is not None and view.shown.graph is not None
+        seen.append(
+            (
+                drew,
+                [w.objectName() or type(w).__name__ for w in controls if w.isVisibleTo(frame)],
+                view.title.text(),
+            )
+        )
+        return out
+
+    renderer.render = looked_at  # type: ignore[method-assign]
+    run_inline(job.work())
+    assert seen and seen[-1][0]  # the frames drew the graph
+    for _, controls, title in seen:
+        assert controls == []
+        assert title == "Autograd graph of no-detach"  # three runs, no picker: the title names the one drawn
+
+
 def _fitted_view(graph, size: tuple[int, int]):
     from gradviz.gui.views.graph import GraphView, Shown
 

@@ -305,6 +305,7 @@ class GraphView(QWidget):
         self._moment: Moment | None = None
         self._part: tuple[int, int] | None = None
         self.fitted = True  # the whole graph drawn is in view
+        self.controls_shown = True  # the run picker and the grouping checkbox (a slide has neither)
         self.boxed = False  # drawn one box per layer
         # The graphs of backwards that raised while the view was closed, walked again on request.
         self._replays: dict[tuple[int, str, int], Graph | None] = {}
@@ -371,10 +372,16 @@ class GraphView(QWidget):
         self.runs.clear()
         self.runs.addItems([r.name for r in info.runs])
         self.runs.blockSignals(False)
-        self.runs.setVisible(len(info.runs) > 1)
+        self.runs.setVisible(len(info.runs) > 1 and self.controls_shown)
         self.run_name = info.runs[0].name
         self.shown = None
         self._render()
+
+    def show_controls(self, on: bool) -> None:
+        """Show or hide the run picker and "One box per layer" (the title names the run drawn)."""
+        self.controls_shown = on
+        self.grouped.setVisible(on)
+        self.runs.setVisible(on and self.info is not None and len(self.info.runs) > 1)
 
     def set_run(self, name: str) -> None:
         """Draw ``name``'s graph."""
