@@ -271,6 +271,23 @@ def test_capture_only_while_the_view_is_shown(window):
     assert all(r.graph_observer is None for r in lab.runs)
 
 
+def test_hiding_the_graph_gives_the_other_columns_back_the_split_the_reader_had(window, qtbot):
+    w = window("forgot-zero-grad", graph=False)
+    QApplication.processEvents()
+    total = sum(w.split.sizes())
+    w.split.setSizes([300, total - 300, 0])  # the reader drags the split
+    QApplication.processEvents()
+    dragged = w.split.sizes()[:2]
+    assert abs(dragged[0] - 300) < 5
+    w.show_panel("graph", True)
+    qtbot.waitUntil(lambda: w.split.sizes()[2] > 0)
+    w.show_panel("graph", False)
+    qtbot.waitUntil(lambda: w.split.sizes()[2] == 0)
+    QApplication.processEvents()
+    back = w.split.sizes()[:2]
+    assert abs(back[0] - dragged[0]) <= 3 and abs(back[1] - dragged[1]) <= 3
+
+
 def test_layers_put_every_edge_downwards():
     edges = [(0, 1), (0, 2), (1, 3), (2, 3), (3, 4), (1, 4)]
     corners = layered(5, edges, [40.0] * 5, [20.0] * 5)
