@@ -146,7 +146,9 @@ def test_the_gan_cut_no_generator_leaf_with_detach_or_no_grad(window, run, reach
     graph = w.graph.shown.graph
     generator = set(w.controller.info.run(run).phases["generator"])
     leaves = {n.param for n in graph.nodes if n.kind == "parameter"}
-    drawn_g = [t for t in texts(w) if t.split(" · ")[0].lstrip("#0123456789 ") in generator]
+    # A leaf of G by its name, or, drawn one box per layer to fit, a box of G's layers.
+    layers = {p.rsplit(".", 1)[0] for p in generator}
+    drawn_g = [t for t in texts(w) if t.split(" · ")[0].lstrip("#0123456789 ") in generator | layers]
     assert bool(leaves & generator) == reaches_g
     assert bool(drawn_g) == reaches_g
     if run == "no-grad":
@@ -167,7 +169,7 @@ def test_the_cut_is_drawn_below_the_node_that_took_fake_in(window, run, cut):
     if cut is None:
         assert graph.cuts == () and not any("detach()" in t or "no_grad()" in t for t in drawn)
         return
-    assert cut in drawn
+    assert cut in " ".join(drawn)  # on one line, or two where the graph is drawn compact to fit
     assert ("detach()" if run == "detach" else "torch.no_grad()") in drawn  # the dashed edge's label
     assert graph.nodes[graph.cuts[0].node].name == "AddmmBackward0"
 
@@ -502,3 +504,32 @@ def test_the_window_s_default_layout_shows_a_chain_s_graph_whole_and_readable(wi
         assert view.canvas.verticalScrollBar().maximum() == 0
         assert view.points * SMALL_TYPE * view.canvas.transform().m11() >= MIN_POINTS
         assert any(t.endswith("weight · AccumulateGrad") for t in texts(w))
+
+
+@pytest.mark.parametrize(("scenario", "ops"), [("gan-detach", 3), ("gan-detach", 4), ("rnn-tbptt", 3)])
+def test_the_window_s_graph_column_holds_a_gan_s_and_an_rnn_s_graph_whole(window, scenario, ops):
+    from gradviz.gui.views.graph import MIN_POINTS, SMALL_TYPE
+
+    w = window(scenario)
+    step(w, ops)  # after the backward (and after the step)
+    QApplication.processEvents()
+    view = w.graph
+    assert view.fitted and view.boxed
+    assert view.canvas.horizontalScrollBar().maximum() == 0
+    assert view.canvas.verticalScrollBar().maximum() == 0
+    assert view.points * SMALL_TYPE * view.canvas.transform().m11() >= MIN_POINTS - 1e-9
+    drawn = texts(w)
+    if scenario == "rnn-tbptt":
+        # The chain in one box that says its length: the tanh of each step a plain walk finds.
+        _, loss = live_loss("rnn-tbptt", "detach", 1)
+        steps = sum(type(n).__name__ == "TanhBackward0" for n in independent_walk(loss)[0])
+        assert any(t.endswith(f"rnn, {steps} time steps") for t in drawn)
+        assert f"{steps}× TanhBackward0" in " ".join(drawn)
+    else:
+        # Every generator layer's box is drawn, its leaves named.
+        assert {t.split()[-1] for t in drawn if t.split()[-1] in ("G.0", "G.2", "D.0", "D.2")} == {
+            "G.0",
+            "G.2",
+            "D.0",
+            "D.2",
+        }
