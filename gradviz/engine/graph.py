@@ -680,7 +680,9 @@ class GraphCapture:
         # figure); what an inner node received is the sum of its edges' and is not kept again.
         copied = _Copies(self.values)
         leaves = static.leaves
-        received = {i: copied.take(outputs, True) for i, outputs, _ in ran if i in leaves}
+        # Every leaf's in one take (a call each cost more than the copies of a small model).
+        got = [(i, outputs) for i, outputs, _ in ran if i in leaves]
+        flat = copied.take([t for _, outputs in got for t in outputs], True)
         out = {i: inputs for i, _, inputs in ran}
         sent = copied.take(
             [
@@ -690,12 +692,15 @@ class GraphCapture:
             False,
         )
         copied.fill()
+        received, at = {}, 0
+        for i, outputs in got:  # the filled copies, leaf by leaf
+            received[i], at = tuple(flat[at : at + len(outputs)]), at + len(outputs)
         graph = Graph(
             static.nodes_freed(freed),
             g.edges,
             tuple(i for i, _, _ in ran),
             g.root,
-            {i: tuple(got) for i, got in received.items()},
+            received,
             tuple(sent),
             g.phase,
             g.iteration,
