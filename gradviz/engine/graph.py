@@ -34,6 +34,7 @@ from gradviz.engine.copying import flat_copy
 from gradviz.engine.errors import UserError, one_line, quoted
 
 if TYPE_CHECKING:
+    from gradviz.engine.lab import Lab
     from gradviz.engine.loop import OpSlot
     from gradviz.engine.run import Run
     from gradviz.engine.scenario import Scenario
@@ -679,7 +680,9 @@ class GraphCapture:
         # figure); what an inner node received is the sum of its edges' and is not kept again.
         copied = _Copies(self.values)
         leaves = static.leaves
-        received = {i: copied.take(outputs, True) for i, outputs, _ in ran if i in leaves}
+        # Every leaf's in one take (a call each cost more than the copies of a small model).
+        got = [(i, outputs) for i, outputs, _ in ran if i in leaves]
+        flat = copied.take([t for _, outputs in got for t in outputs], True)
         out = {i: inputs for i, _, inputs in ran}
         sent = copied.take(
             [
@@ -689,12 +692,15 @@ class GraphCapture:
             False,
         )
         copied.fill()
+        received, at = {}, 0
+        for i, outputs in got:  # the filled copies, leaf by leaf
+            received[i], at = tuple(flat[at : at + len(outputs)]), at + len(outputs)
         graph = Graph(
             static.nodes_freed(freed),
             g.edges,
             tuple(i for i, _, _ in ran),
             g.root,
-            {i: tuple(got) for i, got in received.items()},
+            received,
             tuple(sent),
             g.phase,
             g.iteration,
@@ -850,6 +856,52 @@ def capture_graph(scenario: Scenario, run: str | None = None, iteration: int = 0
             f"({why}), so that graph was never built."
         )
     return capture.graphs[backward - 1]
+
+
+def replay_graph(lab: Lab, run: str, tick: int) -> Graph:
+    """The graph the ``backward()`` that ``run`` performed at ``tick`` walked, walked again.
+
+    A fresh copy of the run starts from the lab's keyframe at or before that iteration and
+    performs the same ops (the same batches and arithmetic) up to ``tick``, its graphs observed
+    from the iteration's first op: what a view shown only after the backward raised draws. The
+    cost is at most the lab's keyframe interval in iterations (one in a small model's lab),
+    wherever the tick lies. A lab that kept no keyframe there (streaming) is replayed from the
+    scenario's start, as ``gradviz graph`` does.
+
+    Raises
+    ------
+    UserError
+        Where the run has no backward at ``tick``, or it stopped before reaching it.
+    """
+    from gradviz.engine.run import Run
+
+    r = [x.name for x in lab.runs].index(run)
+    tpi = lab.ticks_per_iteration
+    iteration = tick // tpi
+    slot = lab.schedule[tick % tpi][r]
+    if slot is None or slot.op != "backward":
+        raise UserError(f"Run {quoted(run)} performed no backward() at tick {tick:,}.")
+    ops = lab.run(run).program.ops
+    number = sum(1 for s in ops[: ops.index(slot) + 1] if s.op == "backward")
+    history = lab.history[run]
+    if lab.streaming or lab.mode == "bare" or not history.keyframes:
+        return capture_graph(lab.scenario, run, iteration, number)
+    first = history.keyframe_before(iteration)
+    copy = Run(lab.scenario.runs[r], lab.scenario, lab.device)
+    copy.restore(*history.keyframe(first))
+    capture = GraphCapture()
+    for t in range(first * tpi, tick + 1):
+        op = lab.schedule[t % tpi][r]
+        if op is None or not copy.active:
+            continue
+        if t // tpi == iteration:
+            copy.graph_observer = capture
+        copy.execute(op, t // tpi, t, "replay")
+    if len(capture.graphs) < number:
+        raise UserError(
+            f"Run {quoted(run)} stopped before tick {tick:,}'s backward(), so its graph was never built."
+        )
+    return capture.graphs[number - 1]
 
 
 def render(graph: Graph, suffix: str, **header: Any) -> bytes:

@@ -54,6 +54,7 @@ class Controller(QObject):
     plane_failed = Signal(str)
     plane_busy = Signal(bool)
     revealed = Signal(object)
+    graph_replayed = Signal(object)
 
     _build = Signal(object, int, int, object)
     _step = Signal(int, int, float)
@@ -63,6 +64,7 @@ class Controller(QObject):
     _evaluate = Signal(object, int)
     _reveal = Signal(object, int)
     _capture = Signal(bool)
+    _replay_graph = Signal(object, int)
     _warm = Signal()
 
     def __init__(self, threaded: bool = True, parent: QObject | None = None) -> None:
@@ -102,6 +104,8 @@ class Controller(QObject):
         self._reveal.connect(self.worker.reveal)
         self.worker.revealed.connect(self._on_revealed)
         self._capture.connect(self.worker.capture_graphs)
+        self._replay_graph.connect(self.worker.replay_graph)
+        self.worker.graph_replayed.connect(self._on_graph_replayed)
         self._play_until: int | None = None
 
         self.info: LabInfo | None = None
@@ -431,6 +435,18 @@ class Controller(QObject):
     def _on_revealed(self, result: Any, generation: int) -> None:
         if generation == self.generation:
             self.revealed.emit(result)
+
+    def request_graph(self, run: str, tick: int) -> None:
+        """Have the lab walk again the graph of ``run``'s backward at ``tick`` (one that raised while
+        no graph was captured); :attr:`graph_replayed` brings ``(run, tick, graph or None)``."""
+        if self.replay is not None:  # a recording has no lab to walk it in
+            self.graph_replayed.emit((run, tick, None))
+            return
+        self._replay_graph.emit((run, tick), self.generation)
+
+    def _on_graph_replayed(self, result: Any, generation: int) -> None:
+        if generation == self.generation:
+            self.graph_replayed.emit(result)
 
     def pause(self) -> None:
         self._play_until = None

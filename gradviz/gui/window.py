@@ -128,6 +128,8 @@ class MainWindow(QMainWindow):
         self.timeline = TimelineView()
         self.graph = GraphView()
         self.graph.stepped.connect(self._graph_stepped)
+        self.graph.on_replay_request(self.controller.request_graph)
+        self.controller.graph_replayed.connect(lambda got: self.graph.set_replayed(*got))
         self.panels: dict[str, QWidget] = {
             "code": self.code,
             "surface": self.surface,
@@ -138,6 +140,7 @@ class MainWindow(QMainWindow):
         self.split, self.columns = _splitters({**self.panels, "surface3d": self.surface3d}, tuple(VIEWS))
         self.left, self.right = self.columns["left"], self.columns["right"]
         self._graph_column = False  # whether the graph's column was shown at the last share of the width
+        self._split_before_graph: list[int] | None = None  # the other two columns' widths, given back
         surfaces = self.surface.parentWidget()
         assert isinstance(surfaces, QSplitter)  # the 2-D and 3-D surfaces share a row
         self.surfaces: QSplitter = surfaces
@@ -953,6 +956,8 @@ class MainWindow(QMainWindow):
         graph = not self.columns["graph"].isHidden()
         if graph != self._graph_column:
             self._graph_column = graph
+            if graph:  # the reader's split of the other two columns, as it was before the graph's came
+                self._split_before_graph = self.split.sizes()[:2]
             QTimer.singleShot(0, self._share_columns)
 
     def _share_columns(self) -> None:
@@ -960,6 +965,13 @@ class MainWindow(QMainWindow):
         width before the code's: the loop stays as unwrapped as it was."""
         sizes = self.split.sizes()
         if not self._graph_column or len(sizes) != 3:
+            kept, self._split_before_graph = self._split_before_graph, None
+            if kept is not None and len(sizes) == 3 and min(kept) > 0 and min(sizes[:2]) > 0:
+                # The graph's column gone: the other two back at the split the reader had, to scale.
+                total = sizes[0] + sizes[1]
+                left = round(total * kept[0] / sum(kept))
+                self.split.setSizes([left, total - left, 0])
+                return
             self.split.setSizes(WINDOW_LAYOUT.widths(self._shown_views(self.split), self.split.width()))
             return
         total = sum(sizes)

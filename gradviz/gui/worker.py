@@ -275,6 +275,7 @@ class LabWorker(QObject):
     planned = Signal(object, int)
     plan_failed = Signal(str, int)
     revealed = Signal(object, int)
+    graph_replayed = Signal(object, int)
 
     def __init__(self) -> None:
         super().__init__()
@@ -483,6 +484,25 @@ class LabWorker(QObject):
             self.failed.emit(f"The answers could not be computed ({type(exc).__name__}: {exc}).", generation)
             return
         self.revealed.emit((index, out), generation)
+
+    # --------------------------------------------------------- graph replay
+    @Slot(object, int)
+    def replay_graph(self, request: Any, generation: int) -> None:
+        """Walk again the graph of the backward ``request = (run, tick)`` performed, on a copy of the
+        run (:func:`~gradviz.engine.graph.replay_graph`); answers ``(run, tick, graph or None)``."""
+        from gradviz.engine.graph import replay_graph
+
+        lab = self.lab
+        if lab is None or generation != self.generation:
+            return
+        run, tick = request
+        graph = None
+        if tick < lab.tick:  # not forgotten by a reset since it was asked for
+            try:
+                graph = replay_graph(lab, run, tick)
+            except Exception:
+                graph = None  # the view then says what the records tell
+        self.graph_replayed.emit((run, tick, graph), generation)
 
     # ---------------------------------------------------------------- plan
     @Slot(object, int, int, str)

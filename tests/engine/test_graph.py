@@ -381,3 +381,41 @@ def test_a_backward_reaching_into_an_earlier_freed_graph_names_the_node_it_raise
     assert graph.nodes[graph.failed].saved == ()
     ran_saved = [s for i in graph.order for s in graph.nodes[i].saved]
     assert ran_saved and all(s.freed for s in ran_saved)
+
+
+@pytest.mark.parametrize("record", ["full", "light", "stream"])
+def test_a_backward_walked_again_from_the_labs_keyframe_is_the_one_the_run_performed(record):
+    from gradviz.engine.graph import replay_graph
+
+    scenario = load_builtin("forgot-zero-grad")
+    lab = Lab(scenario, record=record, keyframe_every=4 if record == "light" else None)
+    lab.run_iterations(31)  # past the first keyframes: iteration 30 lies after several
+    r = 0
+    tick = next(
+        t
+        for t in range(30 * lab.ticks_per_iteration, 31 * lab.ticks_per_iteration)
+        if (s := lab.schedule[t % lab.ticks_per_iteration][r]) is not None and s.op == "backward"
+    )
+    again = replay_graph(lab, "yours", tick)
+    fresh = capture_graph(scenario, "yours", 30)
+    assert [n.name for n in again.nodes] == [n.name for n in fresh.nodes]
+    assert again.edges == fresh.edges and again.order == fresh.order and again.iteration == 30
+    # The same weights and batch as the run had there: the same gradients flowed, to the last bit.
+    assert again.added.keys() == fresh.added.keys()
+    for name, added in fresh.added.items():
+        assert np.array_equal(again.added[name], added)
+
+
+def test_a_backward_that_raised_walked_again_names_the_node_pytorch_raised_in():
+    from gradviz.engine.errors import UserError
+    from gradviz.engine.graph import replay_graph
+
+    lab = Lab(load_builtin("rnn-tbptt"))
+    while not lab.stopped and lab.tick < 3 * lab.ticks_per_iteration:
+        lab.step()
+    rec = lab.history["keep"].records[len(lab.history["keep"]) - 1]
+    assert rec.error and rec.slot.op == "backward"
+    again = replay_graph(lab, "keep", rec.tick)
+    assert again.error == rec.error and again.failed is not None
+    with pytest.raises(UserError, match="no backward"):
+        replay_graph(lab, "keep", 0)  # its zero_grad

@@ -146,7 +146,9 @@ def test_the_gan_cut_no_generator_leaf_with_detach_or_no_grad(window, run, reach
     graph = w.graph.shown.graph
     generator = set(w.controller.info.run(run).phases["generator"])
     leaves = {n.param for n in graph.nodes if n.kind == "parameter"}
-    drawn_g = [t for t in texts(w) if t.split(" · ")[0].lstrip("#0123456789 ") in generator]
+    # A leaf of G by its name, or, drawn one box per layer to fit, a box of G's layers.
+    layers = {p.rsplit(".", 1)[0] for p in generator}
+    drawn_g = [t for t in texts(w) if t.split(" · ")[0].lstrip("#0123456789 ") in generator | layers]
     assert bool(leaves & generator) == reaches_g
     assert bool(drawn_g) == reaches_g
     if run == "no-grad":
@@ -167,7 +169,7 @@ def test_the_cut_is_drawn_below_the_node_that_took_fake_in(window, run, cut):
     if cut is None:
         assert graph.cuts == () and not any("detach()" in t or "no_grad()" in t for t in drawn)
         return
-    assert cut in drawn
+    assert cut in " ".join(drawn)  # on one line, or two where the graph is drawn compact to fit
     assert ("detach()" if run == "detach" else "torch.no_grad()") in drawn  # the dashed edge's label
     assert graph.nodes[graph.cuts[0].node].name == "AddmmBackward0"
 
@@ -220,6 +222,35 @@ def test_the_view_opened_between_two_backwards_names_the_node_whose_saved_tensor
     assert late.graph.shown.graph.failed == graph.failed
 
 
+def test_a_graph_opened_after_a_backward_raised_is_walked_again_off_the_gui_thread(qtbot):
+    from gradviz.gui.controller import Controller
+    from gradviz.gui.views.graph import FINDING
+    from gradviz.gui.window import MainWindow
+
+    w = MainWindow(Controller(threaded=True), interactive=False)
+    qtbot.addWidget(w)
+    w.resize(1280, 720)
+    w.show_panel("graph", False)
+    w.show()
+    try:
+        w.controller.open("backward-twice")
+        qtbot.waitUntil(lambda: w.controller.info is not None and not w.controller.busy, timeout=30_000)
+        for _ in range(4):  # zero_grad, forward, backward, backward: the second raises, no graph captured
+            assert w.controller.next_op()
+            qtbot.waitUntil(lambda: not w.controller.busy, timeout=30_000)
+        w.show_panel("graph", True)
+        w.redraw()
+        # The window's draw came back before the lab's thread walked the graph again: it says so.
+        assert w.graph.shown.graph is None and w.graph.note.text() == FINDING
+        qtbot.waitUntil(lambda: w.graph.shown.graph is not None, timeout=30_000)
+        graph = w.graph.shown.graph
+        assert graph.nodes[graph.failed].name == raised_in("backward-twice", "no-retain") == "DivBackward0"
+        note = w.graph.note.text()
+        assert note.startswith("backward() raised in DivBackward0: the backward() before freed")
+    finally:
+        w.controller.shutdown()
+
+
 def test_after_step_the_graph_is_drawn_freed_and_says_so(window):
     w = window("forgot-zero-grad")
     step(w, 4)  # zero_grad, forward, backward, step
@@ -240,6 +271,23 @@ def test_capture_only_while_the_view_is_shown(window):
     assert w.controller.history.runs["yours"].graphs[-1] is not None
     w.show_panel("graph", False)
     assert all(r.graph_observer is None for r in lab.runs)
+
+
+def test_hiding_the_graph_gives_the_other_columns_back_the_split_the_reader_had(window, qtbot):
+    w = window("forgot-zero-grad", graph=False)
+    QApplication.processEvents()
+    total = sum(w.split.sizes())
+    w.split.setSizes([300, total - 300, 0])  # the reader drags the split
+    QApplication.processEvents()
+    dragged = w.split.sizes()[:2]
+    assert abs(dragged[0] - 300) < 5
+    w.show_panel("graph", True)
+    qtbot.waitUntil(lambda: w.split.sizes()[2] > 0)
+    w.show_panel("graph", False)
+    qtbot.waitUntil(lambda: w.split.sizes()[2] == 0)
+    QApplication.processEvents()
+    back = w.split.sizes()[:2]
+    assert abs(back[0] - dragged[0]) <= 3 and abs(back[1] - dragged[1]) <= 3
 
 
 def test_layers_put_every_edge_downwards():
@@ -358,6 +406,44 @@ def test_an_export_lights_a_backward_node_by_node_in_pytorchs_order(qapp, tmp_pa
     assert seen[-1][2].startswith("backward() raised in ")
 
 
+def test_an_export_frame_of_the_graph_shows_no_controls(qapp, tmp_path):
+    from PySide6.QtWidgets import QCheckBox, QComboBox
+
+    from gradviz.gui.export_frame import FrameStyle
+    from gradviz.gui.export_frames import ExportJob, ExportRange
+    from gradviz.gui.export_renderer import run_inline
+
+    out = tmp_path / "frames"
+    out.mkdir()
+    style = FrameStyle((1280, 720), ("graph",))
+    job = ExportJob("gan-detach", out, style=style, fps=4, frames=ExportRange(ops=3))
+    renderer = job.renderer
+    render = renderer.render
+    seen: list[tuple[bool, list[str], str]] = []
+
+    def looked_at(*args, **kwargs):
+        out = render(*args, **kwargs)
+        frame = renderer.frame
+        view = frame.shown_views()["graph"]
+        controls = frame.findChildren(QCheckBox) + frame.findChildren(QComboBox)
+        drew = view.shown is not None and view.shown.graph is not None
+        seen.append(
+            (
+                drew,
+                [w.objectName() or type(w).__name__ for w in controls if w.isVisibleTo(frame)],
+                view.title.text(),
+            )
+        )
+        return out
+
+    renderer.render = looked_at  # type: ignore[method-assign]
+    run_inline(job.work())
+    assert seen and seen[-1][0]  # the frames drew the graph
+    for _, controls, title in seen:
+        assert controls == []
+        assert title == "Autograd graph of no-detach"  # three runs, no picker: the title names the one drawn
+
+
 def _fitted_view(graph, size: tuple[int, int]):
     from gradviz.gui.views.graph import GraphView, Shown
 
@@ -418,3 +504,32 @@ def test_the_window_s_default_layout_shows_a_chain_s_graph_whole_and_readable(wi
         assert view.canvas.verticalScrollBar().maximum() == 0
         assert view.points * SMALL_TYPE * view.canvas.transform().m11() >= MIN_POINTS
         assert any(t.endswith("weight · AccumulateGrad") for t in texts(w))
+
+
+@pytest.mark.parametrize(("scenario", "ops"), [("gan-detach", 3), ("gan-detach", 4), ("rnn-tbptt", 3)])
+def test_the_window_s_graph_column_holds_a_gan_s_and_an_rnn_s_graph_whole(window, scenario, ops):
+    from gradviz.gui.views.graph import MIN_POINTS, SMALL_TYPE
+
+    w = window(scenario)
+    step(w, ops)  # after the backward (and after the step)
+    QApplication.processEvents()
+    view = w.graph
+    assert view.fitted and view.boxed
+    assert view.canvas.horizontalScrollBar().maximum() == 0
+    assert view.canvas.verticalScrollBar().maximum() == 0
+    assert view.points * SMALL_TYPE * view.canvas.transform().m11() >= MIN_POINTS - 1e-9
+    drawn = texts(w)
+    if scenario == "rnn-tbptt":
+        # The chain in one box that says its length: the tanh of each step a plain walk finds.
+        _, loss = live_loss("rnn-tbptt", "detach", 1)
+        steps = sum(type(n).__name__ == "TanhBackward0" for n in independent_walk(loss)[0])
+        assert any(t.endswith(f"rnn, {steps} time steps") for t in drawn)
+        assert f"{steps}× TanhBackward0" in " ".join(drawn)
+    else:
+        # Every generator layer's box is drawn, its leaves named.
+        assert {t.split()[-1] for t in drawn if t.split()[-1] in ("G.0", "G.2", "D.0", "D.2")} == {
+            "G.0",
+            "G.2",
+            "D.0",
+            "D.2",
+        }

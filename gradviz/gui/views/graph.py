@@ -55,26 +55,38 @@ RAISED_COLOR = "#D55E00"  # the node a backward raised in (Okabe-Ito vermillion)
 CUT_FILL = "#CFE8F7"  # a tensor cut off its graph (a tint of Okabe-Ito sky blue), drawn dash-dotted
 ANIMATION_MS = 900  # one backward's traversal on Play and after a step, whatever its length
 GAP_X, GAP_Y = 14.0, 26.0
+PAD = 6.0  # inside a box, around its text
+# A graph drawn compact to fit: closer layers and boxes (an edge label still fits a gap).
+COMPACT_GAP_X, COMPACT_GAP_Y, COMPACT_PAD = 8.0, 18.0, 4.0
+COMPACT_GAIN = 0.6  # past this share of the readable scale drawing compact is not tried
 MAX_SCALE = 1.6  # past this the boxes look coarse rather than clearer
 SMALL_TYPE = 0.85  # details and edge labels, against the title's type size
 MIN_POINTS = 7.0  # the least type size (after scaling) the details are drawn at
 GROUPED_TO_FIT = "Drawn one box per layer: node by node it would not fit the view readably."
+CHAINED_TO_FIT = (
+    "Drawn one box per layer, the time steps in one: step by step it would not fit the view readably."
+)
 TOO_LARGE = "Too large to read whole here: scroll for the rest."
 COMPACT_NODES = 60
-# A backward that raised while the view was closed is replayed to show where, up to this iteration.
-REPLAY_ITERATIONS = 50
+# A backward that raised while the view was closed is walked again on the lab's thread meanwhile.
+FINDING = "Finding where backward() raised…"
 MEMO_LIMIT = 4000  # text widths and layouts a view remembers
 
 
 def layered(
-    count: int, edges: Sequence[tuple[int, int]], widths: Sequence[float], heights: Sequence[float]
+    count: int,
+    edges: Sequence[tuple[int, int]],
+    widths: Sequence[float],
+    heights: Sequence[float],
+    gap_y: float = GAP_Y,
+    gap_x: float = GAP_X,
 ) -> list[tuple[float, float]]:
     """Top-left corners of ``count`` boxes of ``widths`` and ``heights``, node 0 on top.
 
     Each node's layer is its longest distance from node 0 (so every edge points
     down); within a layer nodes keep their walk order, then are sorted twice by
     the mean position of their parents, which uncrosses most edges of the trees
-    that autograd graphs mostly are.
+    that autograd graphs mostly are. Layers lie ``gap_y`` apart, boxes in one ``gap_x``.
     """
     parents: list[list[int]] = [[] for _ in range(count)]
     children: list[list[int]] = [[] for _ in range(count)]
@@ -103,7 +115,7 @@ def layered(
             layer.sort(key=lambda i: sum(place[p] for p in parents[i]) / max(len(parents[i]), 1))
             for k, i in enumerate(layer):
                 place[i] = float(k)
-    rows = [sum(widths[i] for i in layer) + GAP_X * (len(layer) - 1) for layer in layers]
+    rows = [sum(widths[i] for i in layer) + gap_x * (len(layer) - 1) for layer in layers]
     widest = max(rows, default=0.0)
     out = [(0.0, 0.0)] * count
     y = 0.0
@@ -111,9 +123,50 @@ def layered(
         x = (widest - rows[d]) / 2
         for i in layer:
             out[i] = (x, y)
-            x += widths[i] + GAP_X
-        y += max((heights[i] for i in layer), default=0.0) + GAP_Y
+            x += widths[i] + gap_x
+        y += max((heights[i] for i in layer), default=0.0) + gap_y
     return out
+
+
+def _halves(line: str, limit: float, width: Callable[[str], float]) -> list[str]:
+    """``line`` as it is, or, wider than ``limit``, in two at its colon (``made by X:`` / ``the graph
+    stops here``)."""
+    head, colon, tail = line.partition(": ")
+    return [f"{head}:", tail] if colon and width(line) > limit else [line]
+
+
+def broken_title(title: str, limit: float, width: Callable[[str], float]) -> str:
+    """``title`` on two lines where it is wider than ``limit``: split where its halves are the most
+    even, between two words of a class name (``BinaryCrossEntropy`` / ``WithLogitsBackward0``)
+    or after a parameter's name."""
+    if width(title) <= limit:
+        return title
+    cuts = [k for k in range(1, len(title)) if title[k].isupper() and title[k - 1].isalnum()]
+    cuts += [k + 1 for k in range(len(title)) if title[k] == " " and k + 1 < len(title)]
+    if not cuts:
+        return title
+    best = min(cuts, key=lambda k: max(width(title[:k].rstrip()), width(title[k:])))
+    return f"{title[:best].rstrip()}\n{title[best:]}"
+
+
+def acyclic(count: int, edges: Sequence[tuple[int, int]]) -> bool:
+    """Whether ``edges`` between ``count`` nodes make no loop (every edge can point down)."""
+    pending = [0] * count
+    children: list[list[int]] = [[] for _ in range(count)]
+    for a, b in set(edges):
+        if a != b:
+            pending[b] += 1
+            children[a].append(b)
+    ready = [i for i in range(count) if pending[i] == 0]
+    done = 0
+    while ready:
+        i = ready.pop()
+        done += 1
+        for j in children[i]:
+            pending[j] -= 1
+            if pending[j] == 0:
+                ready.append(j)
+    return done == count
 
 
 def module_groups(graph: Graph) -> dict[int, str]:
@@ -230,13 +283,26 @@ def _time_steps(
                 group[i] = shared
 
 
-def collapse(graph: Graph, ran: int) -> tuple[Graph, int, dict[int, tuple[int, ...]]]:
-    """``graph`` with each module's nodes in one box; the boxes lit after ``ran`` nodes ran; and the
-    original nodes in each box."""
+def collapse(graph: Graph, ran: int, chains: bool = False) -> tuple[Graph, int, dict[int, tuple[int, ...]]]:
+    """``graph`` with each module's nodes in one box (with ``chains``, a recurrent layer's time steps
+    too: ``rnn, 8 time steps``); the boxes lit after ``ran`` nodes ran; and the original nodes in
+    each box."""
     from gradviz.engine.graph import Graph as GraphType
     from gradviz.engine.graph import Node
 
     group = module_groups(graph)
+    if chains:
+        # As many steps as the box holds uses of the module (each step's one AddmmBackward0).
+        uses: dict[str, list[str]] = {}
+        for i, box in group.items():
+            module, _, number = box.rpartition(" step ")
+            if module and number.isdigit():
+                uses.setdefault(module, []).append(graph.nodes[i].name)
+        count = {m: max(names.count(n) for n in set(names)) for m, names in uses.items()}
+        for i, box in group.items():
+            module, _, number = box.rpartition(" step ")
+            if module in count and number.isdigit():
+                group[i] = f"{module}, {count[module]} time steps"
     new: dict[int, int] = {}
     members: dict[int, list[int]] = {}
     boxes: dict[str, int] = {}
@@ -305,8 +371,12 @@ class GraphView(QWidget):
         self._moment: Moment | None = None
         self._part: tuple[int, int] | None = None
         self.fitted = True  # the whole graph drawn is in view
+        self.controls_shown = True  # the run picker and the grouping checkbox (a slide has neither)
         self.boxed = False  # drawn one box per layer
+        # The graphs of backwards that raised while the view was closed, walked again on request.
         self._replays: dict[tuple[int, str, int], Graph | None] = {}
+        self._asked: tuple[int, str, int] | None = None
+        self._ask: Callable[[str, int], None] | None = None
         self._animated_tick = -2
         self._step = 0
         self._timer = QTimer(self)
@@ -368,10 +438,16 @@ class GraphView(QWidget):
         self.runs.clear()
         self.runs.addItems([r.name for r in info.runs])
         self.runs.blockSignals(False)
-        self.runs.setVisible(len(info.runs) > 1)
+        self.runs.setVisible(len(info.runs) > 1 and self.controls_shown)
         self.run_name = info.runs[0].name
         self.shown = None
         self._render()
+
+    def show_controls(self, on: bool) -> None:
+        """Show or hide the run picker and "One box per layer" (the title names the run drawn)."""
+        self.controls_shown = on
+        self.grouped.setVisible(on)
+        self.runs.setVisible(on and self.info is not None and len(self.info.runs) > 1)
 
     def set_run(self, name: str) -> None:
         """Draw ``name``'s graph."""
@@ -399,16 +475,29 @@ class GraphView(QWidget):
             return
         graph, tick = moment.graph(run)
         raised = moment.record(run)
+        finding = None
         if (
             raised is not None
             and raised.error
             and raised.slot.op == "backward"
             and (graph is None or tick < raised.tick)
+            and self.info is not None
         ):
-            # The view was closed when the run raised: the graph it raised in, from a replay.
-            replayed = self._replayed(moment, raised)
-            if replayed is not None:
-                graph, tick = replayed, raised.tick
+            # The view was closed when the run raised: the graph it raised in, walked again.
+            key = (id(self.info), raised.run, raised.tick)
+            if key in self._replays:
+                replayed = self._replays[key]
+                if replayed is not None:
+                    graph, tick = replayed, raised.tick
+            elif self._ask is not None:
+                finding = key
+        if finding is not None:
+            self.shown = Shown(None, moment.tick, 0, False, FINDING)
+            self._render()
+            if self._asked != finding:
+                self._asked = finding
+                self._ask(finding[1], finding[2])  # type: ignore[misc]  # set, as finding is
+            return
         ran = 0
         freed = False
         if graph is not None:
@@ -429,24 +518,21 @@ class GraphView(QWidget):
         self.shown = Shown(graph, tick, ran, freed, self._sentence(moment, graph, tick, ran, freed))
         self._render()
 
-    def _replayed(self, moment: Moment, rec: Any) -> Graph | None:
-        """The graph of the backward ``rec`` raised in, captured by running its scenario again up to
-        it (as ``gradviz graph`` does); None past :data:`REPLAY_ITERATIONS` or where that fails."""
-        from gradviz.engine.errors import UserError
-        from gradviz.engine.graph import capture_graph
+    def on_replay_request(self, ask: Callable[[str, int], None]) -> None:
+        """Call ``ask(run, tick)`` for the graph of a backward that raised while the view was closed;
+        the answer comes back through :meth:`set_replayed`. Without it such a graph is not drawn."""
+        self._ask = ask
 
-        key = (id(moment.info), rec.run, rec.tick)
-        if key not in self._replays:
-            graph = None
-            run = moment.info.run(rec.run)
-            if rec.iteration < REPLAY_ITERATIONS and rec.slot in run.ops:
-                k = sum(1 for s in run.ops[: run.ops.index(rec.slot) + 1] if s.op == "backward")
-                try:
-                    graph = capture_graph(moment.info.scenario, rec.run, rec.iteration, k)
-                except (UserError, RuntimeError, ValueError, KeyError):
-                    graph = None  # not to be made again (a recording's file gone): say what is known
-            self._replays = {key: graph}
-        return self._replays[key]
+    def set_replayed(self, run: str, tick: int, graph: Graph | None) -> None:
+        """The graph of ``run``'s backward at ``tick``, walked again (None where it could not be)."""
+        if self.info is None:
+            return
+        key = (id(self.info), run, tick)
+        if self._asked == key:
+            self._asked = None
+        self._replays = {key: graph}
+        if self._moment is not None:
+            self.draw(self._moment)
 
     def backward_length(self, moment: Moment) -> int:
         """How many nodes ran in the drawn run's backward at ``moment``'s own tick (0: no backward there)."""
@@ -559,18 +645,41 @@ class GraphView(QWidget):
         viewport = self.canvas.maximumViewportSize()
         least = MIN_POINTS / (self.points * SMALL_TYPE)  # the scale at which details stay readable
 
+        reached = [0.0]  # the scale the last graph tried would have needed the view to draw it at
+
         def fits(width: float, height: float) -> bool:
-            return min(viewport.width() / width, viewport.height() / height) >= least
+            reached[0] = min(viewport.width() / width, viewport.height() / height)
+            return reached[0] >= least
+
+        widest = viewport.width() / least  # the scene's width that fits at the least readable scale
 
         grouped = self.boxed = self.grouped.isChecked()
-        focus = self._draw(shown, grouped, fits)
+        # As chosen, then one box per layer, then each compact (titles in the details' type, still at
+        # least MIN_POINTS, closer rows, long titles on two lines): the first that fits whole
+        # is drawn, and the view says what gave way.
+        # Compact, a box's details go on fewer, longer lines first (lower), then as they were
+        # (narrower). Last, a recurrent layer's time steps in one box that says how many.
+        tries: list[tuple[bool, bool | None, bool]] = [(grouped, None, False), (True, None, False)]
+        tries += [(b, fewer, False) for b in (grouped, True) for fewer in (True, False)]
+        tries += [(True, fewer, True) for fewer in (True, False)]
+        focus = None
+        hopeless = False
+        for boxed, fewer, chains in dict.fromkeys(tries):
+            if fewer is not None and hopeless and not chains:
+                continue  # compact type and spacing take off a third at most: not enough
+            if chains and not any(" step " in k for k in module_groups(shown.graph).values()):
+                break  # no recurrent layer's chain to draw in one box
+            focus = self._draw(shown, boxed, fits, None if fewer is None else widest, chains, bool(fewer))
+            if fewer is None and boxed:
+                hopeless = reached[0] < least * COMPACT_GAIN
+            if focus is not None:
+                self.boxed = boxed
+                if chains:
+                    self.note.setText(f"{shown.note} {CHAINED_TO_FIT}".strip())
+                elif boxed and not grouped:
+                    self.note.setText(f"{shown.note} {GROUPED_TO_FIT}".strip())
+                break
         self.fitted = focus is not None
-        if focus is None and not grouped:
-            # Too large to read whole: one box per layer, said in the view, if that fits.
-            focus = self._draw(shown, True, fits)
-            self.fitted = self.boxed = focus is not None
-            if self.fitted:
-                self.note.setText(f"{shown.note} {GROUPED_TO_FIT}".strip())
         if focus is None:
             focus = self._draw(shown, grouped, None)
             assert focus is not None  # drawn without a size to fit
@@ -594,30 +703,46 @@ class GraphView(QWidget):
             self.canvas.centerOn(focus)
 
     def _draw(
-        self, shown: Shown, grouped: bool, fits: Callable[[float, float], bool] | None
+        self,
+        shown: Shown,
+        grouped: bool,
+        fits: Callable[[float, float], bool] | None,
+        compact: float | None = None,
+        chains: bool = False,
+        fewer: bool = False,
     ) -> QPointF | None:
-        """Build the scene of ``shown`` (one box per layer if ``grouped``); None, with the scene left
-        empty, where ``fits`` says the laid-out graph is too large."""
+        """Build the scene of ``shown`` (one box per layer if ``grouped``, a recurrent layer's time
+        steps in one with ``chains``; with ``compact``, drawn compact within that width, and a box's
+        details on fewer lines if ``fewer``); None, with the scene left empty, where ``fits`` says
+        the laid-out graph is too large."""
         self.items.begin()
         assert shown.graph is not None
         members: dict[int, tuple[int, ...]] | None = None
         drawn: Shown = shown
         if grouped:
-            graph, ran, members = collapse(shown.graph, shown.ran)
-            drawn = Shown(graph, shown.tick, ran, shown.freed, shown.note)
+            graph, ran, members = collapse(shown.graph, shown.ran, chains)
+            if not acyclic(len(graph.nodes), graph.edges):
+                # A graph reaching into an earlier chunk's: its boxes would feed one another, and no
+                # drawing of them points every edge down. Node by node it is drawn, if at all.
+                if fits is not None:
+                    return None
+                members = None
+            else:
+                drawn = Shown(graph, shown.tick, ran, shown.freed, shown.note)
         # Smooth curves cost a large graph a third of its paint; its many edges read as well without.
         count = len(drawn.graph.nodes) if drawn.graph is not None else 0
         self.canvas.setRenderHint(QPainter.RenderHint.Antialiasing, count <= COMPACT_NODES)
         return draw_graph(
             self.items,
             drawn,
-            self._texts(drawn, shown, members),
+            self._texts(drawn, shown, members, one_line=fewer),
             self.theme,
-            self._font(True),
+            self._font(True, 1.0 if compact is None else SMALL_TYPE),
             self._font(False, SMALL_TYPE),
             self._leaf_color(),
             fits,
             self._memo,
+            compact,
         )
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
@@ -631,11 +756,16 @@ class GraphView(QWidget):
         return run_color(self.info.run_index(self.run_name))
 
     def _texts(
-        self, shown: Shown, full: Shown | None = None, members: dict[int, tuple[int, ...]] | None = None
+        self,
+        shown: Shown,
+        full: Shown | None = None,
+        members: dict[int, tuple[int, ...]] | None = None,
+        one_line: bool = False,
     ) -> tuple[list[list[str]], list[str]]:
         """Lines of each node's box and the label of each edge, at what has run so far.
 
-        For a collapsed graph, ``full`` is the whole one and ``members`` the nodes in each box.
+        For a collapsed graph, ``full`` is the whole one and ``members`` the nodes in each box;
+        ``one_line`` puts a box's operations and leaves on one line.
         """
         graph = shown.graph
         assert graph is not None
@@ -660,17 +790,23 @@ class GraphView(QWidget):
                 leaves = [full.graph.nodes[j].param for j in inside if full.graph.nodes[j].param]
                 lines[1] = " · ".join(f"{names.count(k)}× {k}" if names.count(k) > 1 else k for k in kinds)
                 if leaves:
-                    lines.append("leaves: " + ", ".join(str(p).rsplit(".", 1)[-1] for p in leaves))
+                    named = "leaves: " + ", ".join(str(p).rsplit(".", 1)[-1] for p in leaves)
+                    if one_line:
+                        lines[1] = " · ".join(t for t in (lines[1], named) if t)
+                    else:
+                        lines.append(named)
             if node.id == graph.failed:
                 lines.append("backward() raised here: saved tensors freed")
             if node.id in lit:
                 lines[0] = f"#{lit[node.id]} {lines[0]}"
                 if node.param is not None and node.param in ledger:
                     lines.append(ledger[node.param])
+                added = []
                 for j in inside:
                     param = full.graph.nodes[j].param if full is not None and full.graph is not None else None
                     if param is not None and param in ledger:
-                        lines.append(f"{param.rsplit('.', 1)[-1]} {ledger[param]}")
+                        added.append(f"{param.rsplit('.', 1)[-1]} {ledger[param]}")
+                lines += [" · ".join(added)] if one_line and added else added
             boxes.append(lines)
         labels = []
         for (a, _b), grad in zip(graph.edges, graph.sent, strict=False):
@@ -781,6 +917,7 @@ def draw_graph(
     leaf_color: str,
     fits: Callable[[float, float], bool] | None = None,
     memo: dict[Any, Any] | None = None,
+    compact: float | None = None,
 ) -> QPointF | None:
     """Lay out and draw the boxes, edges and labels of ``shown`` with ``items``; the centre of the
     node that ran last (of the first cut, once the whole traversal is drawn), or, where none is
@@ -788,24 +925,29 @@ def draw_graph(
 
     Where ``fits(width, height)`` says the laid-out graph is too large, nothing is added and the
     answer is None. ``memo`` keeps the widths of texts in these fonts and the layouts made
-    from draw to draw."""
+    from draw to draw. ``compact`` (the room's width) draws rows and boxes closer and a title wider
+    than half of it on two lines."""
     from PySide6.QtGui import QFontMetricsF
 
     graph = shown.graph
     assert graph is not None
     boxes, labels = texts
     big, little = QFontMetricsF(bold), QFontMetricsF(small)
-    pad = 6.0
+    pad = PAD if compact is None else COMPACT_PAD
+    gap_x, gap_y = (GAP_X, GAP_Y) if compact is None else (COMPACT_GAP_X, COMPACT_GAP_Y)
     # Graphs repeat their texts (class names, shapes), frame after frame: each is measured once.
     if memo is None:
         memo = {}
     elif len(memo) > MEMO_LIMIT:  # edge labels differ from backward to backward: keep it bounded
         memo.clear()
 
+    sizes = {True: bold.pointSizeF(), False: -small.pointSizeF()}  # a title's and a detail's type
+
     def advance(t: str, title: bool) -> float:
-        w = memo.get((title, t))
+        key = (sizes[title], t)
+        w = memo.get(key)
         if w is None:
-            w = memo[(title, t)] = (big if title else little).horizontalAdvance(t)
+            w = memo[key] = (big if title else little).horizontalAdvance(t)
         return w
 
     from gradviz.engine.graph import cut_call, cut_lines
@@ -815,19 +957,29 @@ def draw_graph(
     boxes = [*boxes, *(cut_lines(c) for c in cuts)]
     count = len(graph.nodes)
     cut_edges = [(c.node or 0, count + k) for k, c in enumerate(cuts)]
+    if compact is not None:  # a title wider than half the room goes on two lines, so does a cut's
+        half = compact / 2 - gap_x - 2 * pad
+        boxes = [[broken_title(lines[0], half, lambda t: advance(t, True)), *lines[1:]] for lines in boxes]
+        for lines in boxes[count:]:
+            lines[1:] = [part for t in lines[1:] for part in _halves(t, half, lambda t: advance(t, False))]
     widths = [
-        max([advance(lines[0], True)] + [advance(t, False) for t in lines[1:]]) + 2 * pad for lines in boxes
+        max([advance(t, True) for t in lines[0].split("\n")] + [advance(t, False) for t in lines[1:]])
+        + 2 * pad
+        for lines in boxes
     ]
     heights = [
-        big.height() + max(len([t for t in lines[1:] if t]), 1) * little.height() + 2 * pad for lines in boxes
+        big.height() * (lines[0].count("\n") + 1)
+        + max(len([t for t in lines[1:] if t]), 1) * little.height()
+        + 2 * pad
+        for lines in boxes
     ]
-    arranged = ("layout", (*graph.edges, *cut_edges), tuple(widths), tuple(heights))
+    arranged = ("layout", (*graph.edges, *cut_edges), tuple(widths), tuple(heights), gap_x, gap_y)
     corners = memo.get(arranged)
     if corners is None:
         layouts = [k for k in memo if k[0] == "layout"]
         for old in layouts[: max(0, len(layouts) - 3)]:
             del memo[old]
-        corners = memo[arranged] = layered(len(boxes), arranged[1], widths, heights)
+        corners = memo[arranged] = layered(len(boxes), arranged[1], widths, heights, gap_y, gap_x)
     right = max((x + w for (x, _), w in zip(corners, widths, strict=True)), default=0.0)
     bottom = max((y + h for (_, y), h in zip(corners, heights, strict=True)), default=0.0)
     if fits is not None and not fits(right + 16, bottom + 16):
@@ -854,7 +1006,7 @@ def draw_graph(
         label = labels[k] if k < len(labels) else ""
         if label and flowed:
             # Beside the arrow's head: edges leaving one node fan out, so their heads stand apart.
-            labelled.append((label, ex, ey - GAP_Y * 0.45))
+            labelled.append((label, ex, ey - gap_y * 0.45))
     items.path(paths[False], QPen(QColor(theme.muted), 1.2))
     items.path(paths[True], QPen(hot, 2.4))
     cut_path = QPainterPath()
@@ -899,7 +1051,7 @@ def draw_graph(
         items.text(lines[0], bold, text, x + pad, y + pad, 5)
         rest = "\n".join(t for t in lines[1:] if t)
         if rest:
-            items.text(rest, small, text, x + pad, y + pad + big.height(), 5)
+            items.text(rest, small, text, x + pad, y + pad + big.height() * (lines[0].count("\n") + 1), 5)
     for k in range(len(cuts)):
         i = count + k
         (x, y), w, height, lines = corners[i], widths[i], heights[i], boxes[i]
