@@ -116,3 +116,9 @@ class DashedLine(pg.PlotDataItem):
         self.curve.sigClicked.connect(self.sigClicked)
         if args or kwargs:
             self.setData(*args, **kwargs)
+
+
+def plot_line(pen: QPen, **options: Any) -> pg.PlotDataItem:
+    """A series drawn with ``pen``: a plain :class:`pyqtgraph.PlotDataItem` where it is solid."""
+    kind = pg.PlotDataItem if pen.style() == Qt.PenStyle.SolidLine else DashedLine
+    return kind(pen=pen, **options)

@@ -27,7 +27,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QPainterPath, QPe
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from gradviz.gui.theme import LIGHT, OP_COLORS, OP_LETTERS, Theme, run_color, run_dash, run_glyph, run_symbol
-from gradviz.gui.views.dashes import DashedLine
+from gradviz.gui.views.dashes import plot_line
 from gradviz.gui.views.grads import iteration_peak
 from gradviz.gui.window_history import LabInfo, Moment
 
@@ -954,7 +954,7 @@ class TimelineView(QWidget):
                         pen=None, symbol=run_symbol(i), symbolBrush=colour, symbolPen=pen, name=run.name
                     )
                     if key == "nodes"
-                    else _line(pen, name=run.name)
+                    else plot_line(pen, connect="finite", name=run.name)
                 )
                 self.plots[key].addItem(curve)
                 self.curves[key].append(curve)
@@ -965,7 +965,7 @@ class TimelineView(QWidget):
         for labels in self.end_labels.values():
             labels.set_runs([QColor(run_color(i)) for i in range(len(info.runs))])
         for i in range(1, len(info.runs)):
-            curve = _line(pg.mkPen(QColor(run_color(i)), width=2, style=run_dash(i)))
+            curve = plot_line(pg.mkPen(QColor(run_color(i)), width=2, style=run_dash(i)), connect="finite")
             self.plots["distance"].addItem(curve)
             self.curves["distance"].append(curve)
             # Linear: identical runs sit at a visible 0 instead of vanishing from a log axis.
@@ -1303,12 +1303,6 @@ _OP_RGBA = np.array(
     ],
     dtype=np.ubyte,
 )
-
-
-def _line(pen: QPen, **options: Any) -> pg.PlotDataItem:
-    """A run's series drawn with ``pen``, broken where it has no value; a dashed one cut cheaply."""
-    kind = pg.PlotDataItem if pen.style() == Qt.PenStyle.SolidLine else DashedLine
-    return kind(pen=pen, connect="finite", **options)
 
 
 def _finite_or_gap(values: Any) -> np.ndarray:
