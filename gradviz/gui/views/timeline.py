@@ -1127,6 +1127,7 @@ class TimelineView(QWidget):
             end = _last_finite(rt.loss, n) if n and rt.statuses[n - 1] != "running" else None
             cross = (rt.ticks[end] + 0.5, float(np.log10(rt.loss[end]))) if end is not None else ()
             self._hand(self.ends[i], np.array(cross[:1]), np.array(cross[1:]))
+            self.ends[i].setVisible(bool(cross))  # an empty scatter still costs its paint
         for key in LOG_ROWS:
             points[key] = self._on_floor(key, points[key])
         kinds = loss_kinds(info)
@@ -1260,6 +1261,7 @@ class TimelineView(QWidget):
         self._letters_key = key
         if width <= 0 or x1 <= x0 or width / (x1 - x0) < self._letter_px() * LETTER_ROOM:
             self.tape_letters.setData([], [])
+            self.tape_letters.setVisible(False)
             return
         xs: list[float] = []
         ys: list[float] = []
@@ -1274,6 +1276,7 @@ class TimelineView(QWidget):
                 ys.append(runs - 1 - r + 0.5)  # row 0 at the top, as in the image
                 symbols.append(letter_symbol(OP_LETTERS[rt.ops[j]]))
         self.tape_letters.setData(x=xs, y=ys, symbol=symbols, size=self._letter_px())
+        self.tape_letters.setVisible(bool(xs))
 
     def _tape_columns(self, n: int) -> np.ndarray:
         """The tape's first ``n`` ticks as at most :data:`TAPE_COLUMNS` columns (means of ``k`` ticks)."""
