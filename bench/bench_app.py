@@ -278,6 +278,10 @@ def parts(marks: list[int], frames: int) -> None:
         shown = window.frames - first
         cells = ", ".join(f"{name} {1000 * sum(v) / shown:.1f}" for name, v in sorted(spent.items()))
         print(f"  after {mark:6,d} ops, ms per frame: {cells}")
+        # A view painted more often than the window draws pays for its paint twice.
+        painted = sorted((name[6:], len(v)) for name, v in spent.items() if name.startswith("paint "))
+        paints = ", ".join(f"{name} {count / shown:.2f}" for name, count in painted)
+        print(f"  {'':16s}paints per frame: {paints}")
     c.shutdown()
 
 

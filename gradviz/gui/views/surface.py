@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 
 from gradviz.gui.surface_state import CONTOURS, Extent, SurfaceGrid, SurfaceState
 from gradviz.gui.theme import BASE_POINT_SIZE, LIGHT, Theme, run_color, run_dash, run_glyph, run_symbol
+from gradviz.gui.views.dashes import plot_line
 from gradviz.gui.window_history import LabInfo, Moment, PlaneRequest, PlaneSurface
 from gradviz.gui.worker import plane_kinds
 
@@ -81,7 +82,7 @@ class _RunItems:
         colour = QColor(run_color(index))
         self.colour = colour
         self.symbol = run_symbol(index)
-        self.path = pg.PlotDataItem(pen=pg.mkPen(colour, width=2, style=run_dash(index)), connect="finite")
+        self.path = plot_line(pg.mkPen(colour, width=2, style=run_dash(index)), connect="finite")
         # Single markers are moved with setPos: re-setting a scatter's data costs milliseconds a frame.
         self.size = float(POINT_SIZE)
         self.point = pg.ScatterPlotItem(
@@ -97,7 +98,7 @@ class _RunItems:
         self.diverged_label = pg.TextItem("", color=colour, anchor=(0, 1))
         self.diverged_label.setZValue(21)
         self.lines = {
-            "stale": pg.PlotDataItem(pen=pg.mkPen(colour, width=2, style=Qt.PenStyle.DotLine)),
+            "stale": plot_line(pg.mkPen(colour, width=2, style=Qt.PenStyle.DotLine)),
             "fresh": pg.PlotDataItem(pen=pg.mkPen(colour, width=2)),
             "step": pg.PlotDataItem(pen=pg.mkPen(colour, width=4)),
         }

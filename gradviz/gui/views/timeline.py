@@ -27,6 +27,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QPainterPath, QPe
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from gradviz.gui.theme import LIGHT, OP_COLORS, OP_LETTERS, Theme, run_color, run_dash, run_glyph, run_symbol
+from gradviz.gui.views.dashes import plot_line
 from gradviz.gui.views.grads import iteration_peak
 from gradviz.gui.window_history import LabInfo, Moment
 
@@ -668,6 +669,24 @@ def loss_kinds(info: LabInfo) -> list[str]:
     return ["per batch" if k == 1 else f"per micro-batch{f' ÷ {k}' if scaled else ''}" for k, scaled in shape]
 
 
+def fitted_span(spans: Sequence[tuple[float, float, float]], height: float) -> tuple[float, float] | None:
+    """The span of a row's y axis that holds every item's ``(low, high, pixel padding)``, or None.
+
+    As pyqtgraph's own auto-range reckons it (each item's values, widened by the pixels its
+    pen or markers reach past them), so the row reads the same; the view box adds its usual
+    padding on top. Computed from the points the row was handed, it is set before the row is
+    painted, where pyqtgraph's would change the range during the paint and paint again.
+    """
+    if not spans:
+        return None
+    lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
+    if height > 0:
+        per_px = (hi - lo) / height
+        lo = min(lo, *(s[0] - s[2] * per_px for s in spans))
+        hi = max(hi, *(s[1] + s[2] * per_px for s in spans))
+    return lo, hi
+
+
 def _end_of(x: np.ndarray, y: np.ndarray, name: str) -> tuple[float, float, str] | None:
     """Where a series ends (its last finite point) and the name to put there."""
     finite = np.flatnonzero(np.isfinite(y))
@@ -733,6 +752,14 @@ class TimelineView(QWidget):
             plot.addItem(cursor, ignoreBounds=True)
             self.cursors.append(cursor)
             self.plots[key] = plot
+        # Each curve row's y range is set from the points it is handed (see fitted_span), before
+        # it is painted: pyqtgraph's auto-range would move it during the paint and paint again.
+        # The x range is the loss row's, set by draw, and the tape's y its runs.
+        self._fitted: dict[str, tuple[float, float]] = {}
+        for plot in self.plots.values():
+            plot.disableAutoRange()
+        for key in ROW_MIN_PX:
+            self.plots[key].getViewBox().sigResized.connect(functools.partial(self._fit_row, key))
         for key, stretch in ROW_STRETCH.items():
             self.graphics.ci.layout.setRowStretchFactor(ROW_INDEX[key], stretch)
         # The tape keeps a fixed height: a readable band per run, whatever room the curves get.
@@ -898,8 +925,7 @@ class TimelineView(QWidget):
             for key, on in (("saved", counted), ("nodes", "nodes" in lesson_reads(info.scenario.lesson)))
             if measured and on
         )
-        for plot in self.plots.values():
-            plot.enableAutoRange(y=True)
+        self._fitted.clear()
         for key, curves in self.curves.items():
             for c in curves:
                 self.plots[key].removeItem(c)
@@ -928,7 +954,7 @@ class TimelineView(QWidget):
                         pen=None, symbol=run_symbol(i), symbolBrush=colour, symbolPen=pen, name=run.name
                     )
                     if key == "nodes"
-                    else pg.PlotDataItem(pen=pen, connect="finite", name=run.name)
+                    else plot_line(pen, connect="finite", name=run.name)
                 )
                 self.plots[key].addItem(curve)
                 self.curves[key].append(curve)
@@ -939,9 +965,7 @@ class TimelineView(QWidget):
         for labels in self.end_labels.values():
             labels.set_runs([QColor(run_color(i)) for i in range(len(info.runs))])
         for i in range(1, len(info.runs)):
-            curve = pg.PlotDataItem(
-                pen=pg.mkPen(QColor(run_color(i)), width=2, style=run_dash(i)), connect="finite"
-            )
+            curve = plot_line(pg.mkPen(QColor(run_color(i)), width=2, style=run_dash(i)), connect="finite")
             self.plots["distance"].addItem(curve)
             self.curves["distance"].append(curve)
             # Linear: identical runs sit at a visible 0 instead of vanishing from a log axis.
@@ -1073,15 +1097,19 @@ class TimelineView(QWidget):
         if drawn != self._drawn:
             self._drawn = drawn
             self._draw_curves(moment)
-        if self.fixed_ranges is not None:
-            return
-        # The x range grows in steps of a quarter, so the axes are not re-laid out on every op.
-        span = float(info.ticks_per_iteration * min(4, max(info.scenario.iterations, 1)))
-        while span < history.last_tick + 2:
-            span *= 1.25
-        if span != self._span:
-            self._span = span
-            self.plots["loss"].setXRange(-0.5, span, padding=0.01)
+        if self.fixed_ranges is None:
+            # The x range grows in steps of a quarter, so the axes are not re-laid out on every op.
+            span = float(info.ticks_per_iteration * min(4, max(info.scenario.iterations, 1)))
+            while span < history.last_tick + 2:
+                span *= 1.25
+            if span != self._span:
+                self._span = span
+                self.plots["loss"].setXRange(-0.5, span, padding=0.01)
+        # The rows' new ranges reach their items now rather than as Qt begins the paint, where
+        # the items they move would ask for a second paint of the whole timeline.
+        scene = self.graphics.scene()
+        if scene is not None:
+            scene.prepareForPaint()
 
     def _draw_curves(self, moment: Moment) -> None:
         info = self.info
@@ -1099,6 +1127,7 @@ class TimelineView(QWidget):
             end = _last_finite(rt.loss, n) if n and rt.statuses[n - 1] != "running" else None
             cross = (rt.ticks[end] + 0.5, float(np.log10(rt.loss[end]))) if end is not None else ()
             self._hand(self.ends[i], np.array(cross[:1]), np.array(cross[1:]))
+            self.ends[i].setVisible(bool(cross))  # an empty scatter still costs its paint
         for key in LOG_ROWS:
             points[key] = self._on_floor(key, points[key])
         kinds = loss_kinds(info)
@@ -1124,7 +1153,24 @@ class TimelineView(QWidget):
             self.curves["distance"], self.lines["distance"], history.distance, strict=True
         ):
             self._hand(curve, *line.update(history.distance_ticks, column, shown))
+        for key in ROW_MIN_PX:
+            self._fit_row(key)
         self._draw_tape(moment)
+
+    def _fit_row(self, key: str, *_: Any) -> None:
+        """Set curve row ``key``'s y range to hold what it was handed (unless an export fixed it)."""
+        if self.fixed_ranges is not None or not self.plots[key].isVisible():
+            return
+        spans = []
+        for item in (*self.curves[key], *(self.ends if key == "loss" else ())):
+            handed = self._handed.get(id(item))
+            y = handed[1][np.isfinite(handed[1])] if handed is not None else np.zeros(0)
+            if y.size:
+                spans.append((float(y.min()), float(y.max()), float(item.pixelPadding())))
+        span = fitted_span(spans, self.plots[key].getViewBox().height())
+        if span is not None and span != self._fitted.get(key):
+            self._fitted[key] = span
+            self.plots[key].setYRange(*span)
 
     def _hand(self, item: pg.PlotDataItem | pg.ScatterPlotItem, x: np.ndarray, y: np.ndarray) -> None:
         """Give ``item`` the points ``x``, ``y`` unless they are the ones it already draws."""
@@ -1215,6 +1261,7 @@ class TimelineView(QWidget):
         self._letters_key = key
         if width <= 0 or x1 <= x0 or width / (x1 - x0) < self._letter_px() * LETTER_ROOM:
             self.tape_letters.setData([], [])
+            self.tape_letters.setVisible(False)
             return
         xs: list[float] = []
         ys: list[float] = []
@@ -1229,6 +1276,7 @@ class TimelineView(QWidget):
                 ys.append(runs - 1 - r + 0.5)  # row 0 at the top, as in the image
                 symbols.append(letter_symbol(OP_LETTERS[rt.ops[j]]))
         self.tape_letters.setData(x=xs, y=ys, symbol=symbols, size=self._letter_px())
+        self.tape_letters.setVisible(bool(xs))
 
     def _tape_columns(self, n: int) -> np.ndarray:
         """The tape's first ``n`` ticks as at most :data:`TAPE_COLUMNS` columns (means of ``k`` ticks)."""

@@ -1,0 +1,118 @@
+"""What a frame of the timeline costs Qt: one paint per frame however its ranges grow, rows
+ranged as pyqtgraph's own auto-range would range them, and dashed runs still dashed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gui_helpers import press
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtWidgets import QApplication
+
+
+class Paints(QObject):
+    """Counts the paint events a widget receives."""
+
+    def __init__(self, widget) -> None:
+        super().__init__()
+        self.count = 0
+        widget.installEventFilter(self)
+
+    def eventFilter(self, watched, event) -> bool:
+        if event.type() == QEvent.Type.Paint:
+            self.count += 1
+        return False
+
+
+def _painted(qtbot) -> None:
+    """Let Qt paint what the last redraw changed, and whatever that paint asks for next."""
+    for _ in range(4):
+        QApplication.processEvents()
+        qtbot.wait(5)
+
+
+def test_each_frame_paints_the_timeline_once_while_its_ranges_grow(open_window, qtbot) -> None:
+    w = open_window("forgot-zero-grad")
+    tl = w.timeline
+    _painted(qtbot)
+    paints = Paints(tl.graphics.viewport())
+    moved, frames = 0, 0
+    for _ in range(24):
+        before = (tl.plots["loss"].viewRange(), tl.plots["grad"].viewRange())
+        paints.count = 0
+        press(qtbot, w, Qt.Key.Key_Right)
+        _painted(qtbot)
+        frames += 1
+        moved += (tl.plots["loss"].viewRange(), tl.plots["grad"].viewRange()) != before
+        assert paints.count == 1, f"one redraw painted the timeline {paints.count} times"
+    assert moved >= frames // 3, "the rows' ranges grew with the runs while they were counted"
+
+
+def test_each_row_is_ranged_as_pyqtgraph_would_range_it(open_window, qtbot) -> None:
+    w = open_window("forgot-zero-grad")
+    press(qtbot, w, Qt.Key.Key_Right, 40)
+    tl = w.timeline
+    checked = 0
+    for key in ("loss", "grad", "saved", "nodes", "distance"):
+        plot = tl.plots[key]
+        if not plot.isVisible():
+            continue
+        ours = plot.viewRange()[1]
+        box = plot.getViewBox()
+        box.enableAutoRange(y=True)
+        box.updateAutoRange()
+        assert box.viewRange()[1] == pytest.approx(ours, rel=1e-9, abs=1e-12), key
+        box.disableAutoRange()
+        checked += 1
+    assert checked >= 3
+
+
+def test_a_dashed_line_is_cut_into_its_pattern_and_broken_at_a_gap() -> None:
+    from gradviz.gui.views.dashes import dash_lines
+
+    x = np.array([0.0, 30.0, 31.0, 40.0, 100.0])
+    y = np.array([0.0, 0.0, np.nan, 0.0, 0.0])
+    lines = dash_lines(x, y, [8.0, 4.0])
+    assert lines[:3, [0, 2]].tolist() == [[0.0, 8.0], [12.0, 20.0], [24.0, 30.0]]
+    assert not ((lines[:, 0] < 40.0) & (lines[:, 2] > 30.0)).any(), "nothing drawn across the gap"
+    # After the gap the pattern runs on along the drawn length (30 px so far).
+    assert lines[3, [0, 2]].tolist() == [40.0, 42.0]
+    assert np.all(lines[:, 2] - lines[:, 0] <= 8.0) and lines[:, 2].max() == 100.0
+
+
+def test_the_reference_run_is_drawn_dashed_and_holds_its_own_series(open_window, qtbot) -> None:
+    from gradviz.gui.views.dashes import DashedLine
+    from gradviz.gui.views.timeline import log10_or_zero
+
+    w = open_window("forgot-zero-grad")
+    press(qtbot, w, Qt.Key.Key_Right, 40)
+    tl, c = w.timeline, w.controller
+    dashed = [i for i, curve in enumerate(tl.curves["loss"]) if isinstance(curve, DashedLine)]
+    assert dashed and len(dashed) < len(c.info.runs), "the first run solid, the others dashed"
+    i = dashed[0]
+    rt = c.history.runs[c.info.runs[i].name]
+    x, y = tl.curves["loss"][i].getData()
+    assert np.array_equal(x, np.asarray(rt.ticks, dtype=np.float64) + 0.5)
+    assert np.array_equal(y, log10_or_zero(rt.loss), equal_nan=True)
+    # On screen: the run's colour comes and goes along its curve, a dash at a time.
+    _painted(qtbot)
+    image = tl.graphics.viewport().grab().toImage()
+    area = tl.graphics.mapFromScene(tl.plots["loss"].getViewBox().sceneBoundingRect()).boundingRect()
+
+    def stretches(colour) -> int:
+        """Stretches of columns of the row (short of its end labels) that hold ``colour``."""
+        columns = [
+            any(
+                abs(image.pixelColor(x, y).red() - colour.red()) < 30
+                and abs(image.pixelColor(x, y).green() - colour.green()) < 30
+                and abs(image.pixelColor(x, y).blue() - colour.blue()) < 30
+                for y in range(area.top(), area.bottom())
+            )
+            for x in range(area.left(), area.left() + area.width() * 3 // 4)
+        ]
+        return sum(1 for a, b in zip([False, *columns], columns, strict=False) if b and not a)
+
+    solid = next(j for j in range(len(c.info.runs)) if j not in dashed)
+    # The solid run breaks only where a dashed one crosses over it.
+    broken, gaps = (stretches(tl.curves["loss"][j].opts["pen"].color()) for j in (solid, i))
+    assert gaps >= 3 * max(broken, 4), (gaps, broken)
