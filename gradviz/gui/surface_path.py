@@ -114,6 +114,13 @@ class RunPath:
         self._xy[self._n : self._n + m] = points
         self._n += m
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes kept: points, distances off the plane, the ops' points and what thinning remembers."""
+        residuals = 0 if self._residuals is None else self._residuals.nbytes
+        kept = self._xy.nbytes + residuals + self._firsts.nbytes + self._seen.nbytes
+        return kept + self.op_points.itemsize * len(self.op_points)
+
     def points(self, n: int | None = None) -> np.ndarray:
         """The first ``n`` points (all by default), ``(n, 2)``: a view, not a copy."""
         return self._xy[: self._n if n is None else min(n, self._n)]
@@ -272,6 +279,7 @@ class SeenCells:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the tiles made so far."""
         return TILE * TILE // 8 * len(self._tiles)
 
 

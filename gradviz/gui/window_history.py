@@ -347,7 +347,7 @@ class Coded(Sequence[H]):
         if code is None:
             code = self._codes[word] = len(self._words)
             self._words.append(word)
-            if code == 256 ** self._column.itemsize:  # one more than the codes' width holds
+            if code == 256**self._column.itemsize:  # one more than the codes' width holds
                 self._column = array("H" if code == 256 else "i", self._column)
         self._column.append(code)
 

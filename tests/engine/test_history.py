@@ -118,6 +118,35 @@ def test_seek_into_the_thinned_past_gives_each_op_the_record_it_had_when_it_ran(
         _assert_bit_for_bit(a, recorded[a.run][a.index])
 
 
+def test_seek_far_into_a_long_thinned_past_lands_where_a_lab_that_kept_every_record_is():
+    # Thousands of ops: most of the past is thinned to a keyframe every THINNED_EVERY iterations.
+    scenario = load_builtin("forgot-zero-grad")
+    thinned, whole = Lab(scenario, recent=200), Lab(scenario, recent=10**9)
+    iterations = 12 * THINNED_EVERY + 9
+    for lab in (thinned, whole):
+        lab.run_iterations(iterations)
+    tpi = thinned.ticks_per_iteration
+    for run in thinned.runs:
+        h = thinned.history[run.name]
+        assert len(h.recent) < 300 < len(h)
+        first_kept = h.recent[0].iteration
+        assert [k for k in h.keyframes if k < first_kept] == list(range(0, first_kept, THINNED_EVERY))
+    # The last op of an iteration just before a thinned keyframe: the most replayed to reach.
+    target = (7 * THINNED_EVERY) * tpi - 1
+    for lab in (thinned, whole):
+        lab.seek(target)
+    for run in thinned.runs:
+        a, b = thinned.history[run.name], whole.history[run.name]
+        assert len(a) == len(b) and a.index_at(target) == b.index_at(target) == len(a) - 1
+        _assert_bit_for_bit(thinned.record(run.name, len(a) - 1), whole.record(run.name, len(b) - 1))
+        for index in (0, len(a) // 3, len(a) - 2):
+            _assert_bit_for_bit(thinned.record(run.name, index), whole.record(run.name, index))
+    # Stepping on from there repeats in both exactly what the first pass did.
+    for _ in range(3 * tpi):
+        for a, b in zip(thinned.step(), whole.step(), strict=True):
+            _assert_bit_for_bit(a, b)
+
+
 def _traced_growth(lab: Lab, chunks: int, iterations: int) -> list[float]:
     """Bytes traced per iteration over each of ``chunks`` runs of ``iterations`` iterations."""
     tracemalloc.start()
