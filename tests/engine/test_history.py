@@ -4,6 +4,8 @@ every op of its thinned past comes back exactly as it was recorded."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import tracemalloc
 import types
 from collections.abc import Iterator
@@ -185,7 +187,7 @@ def test_memory_per_iteration_stays_bounded_as_iterations_grow():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 def test_records_of_a_cuda_lab_hold_no_tensor():
     lab = Lab(load_builtin("forgot-zero-grad").with_overrides(device="cuda"))
-    lab.run_iterations(4)
+    lab.run_iterations(8)
     records = [rec for run in lab.runs for rec in lab.history[run.name].records]
     # Somewhere a backward added to an existing .grad, and hooks caught what it delivered.
     assert any(r.fresh is not None and r.fresh is not r.snapshot.grad_copy for r in records)
@@ -199,3 +201,16 @@ def test_copies_that_go_through_torch_keep_no_tensor_alive():
     flat = flat_copy(tensors)
     assert flat.dtype == np.float32 and flat.tolist() == [1.0, 1.0, 3.0, 3.0, 3.0, 3.0]
     assert _tensors_in(flat) == []
+
+
+def test_a_norm_past_single_precision_is_exact_in_double_and_prints_no_numpy_warning():
+    # A run that never clears .grad piles gradients up past float32's squares during a long Play:
+    # the norm is redone in double, and nothing is printed to the terminal (pytest shows every
+    # warning, so the app's own settings are checked in a process of their own).
+    code = (
+        "import numpy as np; from gradviz.engine.run import _norm; "
+        "print(_norm([np.full(4, 1e30, dtype=np.float32), np.ones(3, dtype=np.float32)]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert float(done.stdout) == pytest.approx(2e30, rel=1e-6)
+    assert done.stderr == ""
