@@ -4,7 +4,11 @@ Prints, each minute, the ops performed and the frames drawn in that minute and t
 process's resident memory, then the last minute against the first. Offscreen
 unless a display is set.
 
-Run: ``python bench/bench_soak.py [--minutes 60] [--scenario NAME]``.
+With ``--bytes-per-op`` it measures instead, headless, what the history grows by per op once
+the recent records are full: the lab's history, the window's copy fed from it as the worker
+feeds it, and the surface paths drawn from that copy, traced with ``tracemalloc``.
+
+Run: ``python bench/bench_soak.py [--minutes 60] [--scenario NAME] [--bytes-per-op]``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,50 @@ def resident_mb() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def bytes_per_op(scenario: str, warm: int, ops: int) -> None:
+    """Print the bytes the history grows by per op over ``ops`` ops, after ``warm`` ops that fill
+    the recent records and thin the first of them (traced from the start, so what the thinning
+    frees counts as freed)."""
+    import tracemalloc
+
+    from gradviz.engine import load_scenario
+    from gradviz.engine.lab import RECENT_OPS, Lab, set_threads
+    from gradviz.gui.surface_state import SurfaceState
+    from gradviz.gui.window_history import Moment, StepResult, WindowHistory, describe_lab, entries_since
+
+    set_threads(1)
+    tracemalloc.start()
+    lab = Lab(replace(load_scenario(scenario), iterations=1_000_000))
+    info = describe_lab(lab)
+    window = WindowHistory(info)
+    surface = SurfaceState()
+    surface.set_lab(info)
+    known = {r.name: 0 for r in lab.runs}
+    statuses = {r.name: None for r in lab.runs}
+
+    def play(n: int, frame: int = 50) -> None:
+        """``n`` ops, handed to the window's copy and drawn ``frame`` at a time, as Play does."""
+        end = lab.tick + n
+        while lab.tick < end:
+            distance = []
+            for _ in range(frame):
+                lab.step()
+                distance.append((lab.tick - 1, (0.0,) * (len(lab.runs) - 1)))
+            window.extend(StepResult(entries_since(lab, known), tuple(distance), statuses, -2, {}, False))
+            known.update({r.name: len(lab.history[r.name]) for r in lab.runs})
+            for i, path in enumerate(surface.paths(Moment(info, window, window.last_tick))):
+                surface.drawn(i, len(path))
+
+    play(warm)
+    before = tracemalloc.get_traced_memory()[0]
+    play(ops)
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    print(f"history of {scenario}: lab, the window's copy and the surface paths (tracemalloc)")
+    print(f"  {grown / ops:.0f} B per op over {ops} ops, after {warm} ({RECENT_OPS} records kept per run)")
+    print(f"  two million ops (an hour of full-speed Play): {grown / ops * 2e6 / 1e6:+.0f} MB")
 
 
 def soak(minutes: float, scenario: str) -> None:
@@ -85,8 +133,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--scenario", default="forgot-zero-grad")
+    parser.add_argument("--bytes-per-op", action="store_true", help="measure the history's growth, headless")
+    parser.add_argument("--ops", type=int, default=20_000, help="ops measured with --bytes-per-op")
     args = parser.parse_args()
-    soak(args.minutes, args.scenario)
+    if args.bytes_per_op:
+        # Past the recent records' limit and their first thinning (each run keeps RECENT_OPS).
+        bytes_per_op(args.scenario, warm=30_000, ops=args.ops)
+    else:
+        soak(args.minutes, args.scenario)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -21,6 +22,11 @@ if TYPE_CHECKING:
     from gradviz.engine.graph import GraphCapture
 
 Mode = Literal["replay", "bare", "light", "full"]
+
+# A diverging run's single-precision norm overflows; _norm then redoes it in double. Numpy's
+# warning about it would fill the terminal during a long Play, and a context that silences it
+# costs more than the norm itself, so it is filtered here, for this module's calls only.
+warnings.filterwarnings("ignore", "overflow encountered in dot", RuntimeWarning, r"gradviz\.engine\.run")
 
 
 class Run:

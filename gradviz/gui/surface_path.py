@@ -41,6 +41,9 @@ BLOCK = 4096
 # sides on multiples of this many cells, so that a range that moves a little keeps the box: a run
 # flung far off the plot then costs a few samples per step instead of thousands.
 BOX_CELLS = 256
+# Cells a side of one tile of the bitmap of cells reached: one bit a cell, a tile made when first
+# reached, so what the thinning remembers is bounded by the area the path covers, not its length.
+TILE = 256
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,7 +83,8 @@ class RunPath:
 
     def __init__(self) -> None:
         self._xy = np.empty((64, 2), dtype=np.float64)
-        self._residuals = np.empty(64, dtype=np.float64)
+        # Distances off a plane; None while every one is 0 (a true surface's points lie on it).
+        self._residuals: np.ndarray | None = None
         self._n = 0
         self.op_points = array("i")  # 4 bytes an op: a long Play's every op has one
         self._reset_cells(None)
@@ -91,6 +95,7 @@ class RunPath:
     def clear(self) -> None:
         """Forget every point (a new plane, or a history that went back)."""
         self._n = 0
+        self._residuals = None
         self.op_points = array("i")
         self._reset_cells(None)
 
@@ -99,12 +104,22 @@ class RunPath:
         points = np.asarray(points, dtype=np.float64).reshape(-1, 2)
         m = len(points)
         if self._n + m > len(self._xy):
-            size = max(2 * len(self._xy), self._n + m)
-            self._xy = np.resize(self._xy, (size, 2))
-            self._residuals = np.resize(self._residuals, size)
+            self._xy = np.resize(self._xy, (max(2 * len(self._xy), self._n + m), 2))
+        if self._residuals is None and np.any(residuals):
+            self._residuals = np.zeros(len(self._xy), dtype=np.float64)
+        if self._residuals is not None:
+            if len(self._residuals) < len(self._xy):
+                self._residuals = np.resize(self._residuals, len(self._xy))
+            self._residuals[self._n : self._n + m] = residuals
         self._xy[self._n : self._n + m] = points
-        self._residuals[self._n : self._n + m] = residuals
         self._n += m
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes kept: points, distances off the plane, the ops' points and what thinning remembers."""
+        residuals = 0 if self._residuals is None else self._residuals.nbytes
+        kept = self._xy.nbytes + residuals + self._firsts.nbytes + self._seen.nbytes
+        return kept + self.op_points.itemsize * len(self.op_points)
 
     def points(self, n: int | None = None) -> np.ndarray:
         """The first ``n`` points (all by default), ``(n, 2)``: a view, not a copy."""
@@ -112,7 +127,9 @@ class RunPath:
 
     def residual(self, length: int) -> float:
         """The distance off the plane of the last of the first ``length`` points (0 with none)."""
-        return float(self._residuals[length - 1]) if 0 < length <= self._n else 0.0
+        if self._residuals is None or not 0 < length <= self._n:
+            return 0.0
+        return float(self._residuals[length - 1])
 
     def last_finite(self, n: int) -> np.ndarray | None:
         """The last finite point of the first ``n`` points (a diverged run's last sane place), or None."""
@@ -186,7 +203,7 @@ class RunPath:
         self._cell = cell
         self._origin = self._origin_of(cell, view)
         self._clip = None if cell is None else self._box(cell, view)
-        self._seen: set[int] = set()
+        self._seen = SeenCells()
         self._firsts = np.empty(256, dtype=np.int64)
         self._count = 0
         self._classified = 0
@@ -223,9 +240,7 @@ class RunPath:
         cells = ((sample[:, 0] & 0xFFFF) << 16) | (sample[:, 1] & 0xFFFF)
         # A segment is drawn when it is the first to reach some cell.
         unique, first = np.unique(cells, return_index=True)
-        seen = self._seen
-        fresh = [j for cell, j in zip(unique.tolist(), first.tolist(), strict=True) if cell not in seen]
-        seen.update(unique.tolist())
+        fresh = first[self._seen.add(unique)]
         new = np.union1d(segment[fresh], np.flatnonzero(~finite))
         self._append_firsts(new.astype(np.int64) + a)
         self._classified = n
@@ -236,6 +251,36 @@ class RunPath:
             self._firsts = np.resize(self._firsts, max(2 * len(self._firsts), need))
         self._firsts[self._count : need] = indices
         self._count = need
+
+
+class SeenCells:
+    """The cells some segment has reached, one bit a cell, in tiles of :data:`TILE` cells a side
+    made when first reached. Cells are packed as :meth:`RunPath` packs them: 16 bits across, 16 up."""
+
+    def __init__(self) -> None:
+        self._tiles: dict[int, np.ndarray] = {}
+
+    def add(self, cells: np.ndarray) -> np.ndarray:
+        """Mark ``cells`` (unique) reached; True for each that no earlier call had."""
+        tile_of = ((cells >> 16) & 0xFF00) | ((cells >> 8) & 0xFF)  # high bytes across and up
+        bit = ((cells >> 8) & 0xFF00) | (cells & 0xFF)  # low bytes: the cell within its tile
+        byte, mask = bit >> 3, (1 << (bit & 7)).astype(np.uint8)
+        fresh = np.empty(len(cells), dtype=bool)
+        for key in np.unique(tile_of).tolist():
+            tile = self._tiles.get(key)
+            if tile is None:
+                tile = self._tiles[key] = np.zeros(TILE * TILE // 8, dtype=np.uint8)
+            inside = tile_of == key
+            b, m = byte[inside], mask[inside]
+            new = (tile[b] & m) == 0
+            fresh[inside] = new
+            np.bitwise_or.at(tile, b[new], m[new])
+        return fresh
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tiles made so far."""
+        return TILE * TILE // 8 * len(self._tiles)
 
 
 def _clipped(start: np.ndarray, span: np.ndarray, finite: np.ndarray, box: Box) -> tuple[np.ndarray, ...]:

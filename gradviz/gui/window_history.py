@@ -152,7 +152,7 @@ class Entry:
     line: int
     loss: float
     grad_norm: float
-    param_norm: float
+    param_norm: float  # the lab's; no view draws it, so the window's history does not keep it
     status: str
     record: OpRecord | None
     # The autograd graph a forward built or a backward walked (gradviz.engine.graph.Graph), while captured.
@@ -317,32 +317,38 @@ class Recent(Sequence[T | None], Generic[T]):
         self.first = min(self.first, keep)
 
 
-class Coded(Sequence[str]):
-    """A column of a few distinct words (op names, statuses), one byte per op."""
+H = TypeVar("H")
+
+
+class Coded(Sequence[H]):
+    """A column of a few distinct values (op names, statuses, source lines), one byte per op
+    while there are at most 256 of them, two up to 65,536."""
 
     def __init__(self) -> None:
-        self._words: list[str] = []
-        self._codes: dict[str, int] = {}
+        self._words: list[H] = []
+        self._codes: dict[H, int] = {}
         self._column = array("B")
 
     def __len__(self) -> int:
         return len(self._column)
 
     @overload
-    def __getitem__(self, i: int) -> str: ...
+    def __getitem__(self, i: int) -> H: ...
     @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
-    def __getitem__(self, i: int | slice) -> str | list[str]:
+    def __getitem__(self, i: slice) -> list[H]: ...
+    def __getitem__(self, i: int | slice) -> H | list[H]:
         words = self._words
         if isinstance(i, slice):
             return [words[c] for c in self._column[i]]
         return words[self._column[i]]
 
-    def append(self, word: str) -> None:
+    def append(self, word: H) -> None:
         code = self._codes.get(word)
         if code is None:
             code = self._codes[word] = len(self._words)
             self._words.append(word)
+            if code == 256**self._column.itemsize:  # one more than the codes' width holds
+                self._column = array("H" if code == 256 else "i", self._column)
         self._column.append(code)
 
     def truncate(self, keep: int) -> None:
@@ -352,8 +358,9 @@ class Coded(Sequence[str]):
 class WindowRunHistory:
     """The columns of one run's ops, in the order they happened, in bounded memory.
 
-    Every op keeps its tick, op, line, loss, norms, status and how many backward calls
-    ``.grad`` holds, in compact columns (what the timeline and the views' lookups read).
+    Every op keeps its tick, op, line, loss, ``.grad`` norm, status and how many backward calls
+    ``.grad`` holds, in compact columns (what the timeline and the views' lookups read): a few
+    dozen bytes an op, the ops and lines one byte each.
     Full records and captured graphs are kept for the recent past only: ``records_kept``
     (the lab's own recent past, so the window holds the lab's records rather than copies)
     and :data:`GRAPHS_KEPT`; older records are rebuilt by the lab when a moment needs them
@@ -363,12 +370,11 @@ class WindowRunHistory:
     def __init__(self, name: str, records_kept: int | None = None) -> None:
         self.name = name
         self.ticks = array("i")
-        self.ops = Coded()
-        self.lines = array("i")
+        self.ops: Coded[str] = Coded()
+        self.lines: Coded[int] = Coded()
         self.loss = array("d")  # as PyTorch gave it
-        self.grad_norm = array("f")  # the lab keeps the norms in single precision
-        self.param_norm = array("f")
-        self.statuses = Coded()
+        self.grad_norm = array("f")  # the lab keeps the norm in single precision
+        self.statuses: Coded[str] = Coded()
         self.records: Recent[OpRecord] = Recent(records_kept)
         self.graphs: Recent[Any] = Recent(GRAPHS_KEPT if records_kept is not None else None)
         # How many backward() calls .grad holds after each op (none since the last zero_grad).
@@ -385,7 +391,6 @@ class WindowRunHistory:
         self.lines.append(e.line)
         self.loss.append(e.loss)
         self.grad_norm.append(e.grad_norm)
-        self.param_norm.append(e.param_norm)
         self.statuses.append(e.status)
         self.records.append(e.record)
         self.graphs.append(e.graph)
@@ -398,9 +403,9 @@ class WindowRunHistory:
 
     def truncate(self, tick: int) -> None:
         keep = self.index_at(tick) + 1
-        for column in (self.ticks, self.lines, self.loss, self.grad_norm, self.param_norm, self.backwards):
+        for column in (self.ticks, self.loss, self.grad_norm, self.backwards):
             del column[keep:]
-        for coded in (self.ops, self.statuses):
+        for coded in (self.ops, self.lines, self.statuses):
             coded.truncate(keep)
         self.records.truncate(keep)
         self.graphs.truncate(keep)

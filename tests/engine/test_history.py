@@ -4,6 +4,8 @@ every op of its thinned past comes back exactly as it was recorded."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import tracemalloc
 import types
 from collections.abc import Iterator
@@ -118,6 +120,35 @@ def test_seek_into_the_thinned_past_gives_each_op_the_record_it_had_when_it_ran(
         _assert_bit_for_bit(a, recorded[a.run][a.index])
 
 
+def test_seek_far_into_a_long_thinned_past_lands_where_a_lab_that_kept_every_record_is():
+    # Thousands of ops: most of the past is thinned to a keyframe every THINNED_EVERY iterations.
+    scenario = load_builtin("forgot-zero-grad")
+    thinned, whole = Lab(scenario, recent=200), Lab(scenario, recent=10**9)
+    iterations = 12 * THINNED_EVERY + 9
+    for lab in (thinned, whole):
+        lab.run_iterations(iterations)
+    tpi = thinned.ticks_per_iteration
+    for run in thinned.runs:
+        h = thinned.history[run.name]
+        assert len(h.recent) < 300 < len(h)
+        first_kept = h.recent[0].iteration
+        assert [k for k in h.keyframes if k < first_kept] == list(range(0, first_kept, THINNED_EVERY))
+    # The last op of an iteration just before a thinned keyframe: the most replayed to reach.
+    target = (7 * THINNED_EVERY) * tpi - 1
+    for lab in (thinned, whole):
+        lab.seek(target)
+    for run in thinned.runs:
+        a, b = thinned.history[run.name], whole.history[run.name]
+        assert len(a) == len(b) and a.index_at(target) == b.index_at(target) == len(a) - 1
+        _assert_bit_for_bit(thinned.record(run.name, len(a) - 1), whole.record(run.name, len(b) - 1))
+        for index in (0, len(a) // 3, len(a) - 2):
+            _assert_bit_for_bit(thinned.record(run.name, index), whole.record(run.name, index))
+    # Stepping on from there repeats in both exactly what the first pass did.
+    for _ in range(3 * tpi):
+        for a, b in zip(thinned.step(), whole.step(), strict=True):
+            _assert_bit_for_bit(a, b)
+
+
 def _traced_growth(lab: Lab, chunks: int, iterations: int) -> list[float]:
     """Bytes traced per iteration over each of ``chunks`` runs of ``iterations`` iterations."""
     tracemalloc.start()
@@ -156,7 +187,7 @@ def test_memory_per_iteration_stays_bounded_as_iterations_grow():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 def test_records_of_a_cuda_lab_hold_no_tensor():
     lab = Lab(load_builtin("forgot-zero-grad").with_overrides(device="cuda"))
-    lab.run_iterations(4)
+    lab.run_iterations(8)
     records = [rec for run in lab.runs for rec in lab.history[run.name].records]
     # Somewhere a backward added to an existing .grad, and hooks caught what it delivered.
     assert any(r.fresh is not None and r.fresh is not r.snapshot.grad_copy for r in records)
@@ -170,3 +201,16 @@ def test_copies_that_go_through_torch_keep_no_tensor_alive():
     flat = flat_copy(tensors)
     assert flat.dtype == np.float32 and flat.tolist() == [1.0, 1.0, 3.0, 3.0, 3.0, 3.0]
     assert _tensors_in(flat) == []
+
+
+def test_a_norm_past_single_precision_is_exact_in_double_and_prints_no_numpy_warning():
+    # A run that never clears .grad piles gradients up past float32's squares during a long Play:
+    # the norm is redone in double, and nothing is printed to the terminal (pytest shows every
+    # warning, so the app's own settings are checked in a process of their own).
+    code = (
+        "import numpy as np; from gradviz.engine.run import _norm; "
+        "print(_norm([np.full(4, 1e30, dtype=np.float32), np.ones(3, dtype=np.float32)]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert float(done.stdout) == pytest.approx(2e30, rel=1e-6)
+    assert done.stderr == ""
