@@ -184,14 +184,13 @@ SURFACES = ("surface", "surface3d")
 GIVE_WAY = ("surface3d", "graph", "timeline", "surface")
 
 
-def beside_lesson(shown: Iterable[str], width: int, scale: float = 1.0) -> tuple[str, ...]:
-    """The views of ``shown`` that stay readable in ``width`` pixels beside a lesson panel at its widest.
+def beside_lesson(shown: Iterable[str], room: int, scale: float = 1.0) -> tuple[str, ...]:
+    """The views of ``shown`` that stay readable in the ``room`` pixels a lesson panel leaves them.
 
     The surfaces, the graph and the timeline give way, in :data:`GIVE_WAY`'s order, until
     the rest fit; the code and the ``.grad`` inspector, where the questions' evidence is, stay.
     """
     keep = list(shown)
-    room = int(width * (1 - LESSON_SHARE[1]))
     for name in GIVE_WAY:
         if WINDOW_LAYOUT.minimum(keep, scale)[0] <= room:
             break

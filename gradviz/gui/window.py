@@ -101,6 +101,7 @@ class MainWindow(QMainWindow):
         self.presenting = False
         # The lesson panel's width for the bounds it was measured in (least, most, height, type).
         self._lesson_width: tuple[tuple[int, int, int, float], int] = ((0, 0, 0, 0.0), 0)
+        self._lesson_needs: dict[tuple[int, int, int, float], int] = {}  # this lesson's, by bounds
         self.points: float = BASE_POINT_SIZE  # body type: larger in presentation mode
         self._fitted_rows: list[int] = []  # the inspector's row heights when the column was last shared
         self.theme: Theme = theme_named("light")
@@ -584,6 +585,7 @@ class MainWindow(QMainWindow):
         for act in self.lesson_keys:
             act.setEnabled(started)
         self._lesson_width = ((0, 0, 0, 0.0), 0)  # measured anew for this lesson's stops
+        self._lesson_needs = {}
         if self.presenting:
             self._show_chosen()
             QTimer.singleShot(0, self.fit_presentation)  # the views' share of the screen changed
@@ -940,13 +942,27 @@ class MainWindow(QMainWindow):
         info = self.controller.info
         shown = views_for(info.scenario.lesson if info else None, (*chosen, "surface3d"))
         if self.presenting and self.lesson.active:
-            shown = beside_lesson(shown, self.width(), PRESENTATION_MIN_SCALE)
+            shown = beside_lesson(shown, self._room_beside_lesson(), PRESENTATION_MIN_SCALE)
         for key, view in self.panels.items():
             view.setVisible(key in shown)
         self.surface3d.setVisible(self.act_3d.isChecked() and "surface3d" in shown)
         # The graph is captured only while it is shown: capture costs every op a little.
         self.controller.capture_graphs("graph" in shown)
         self._fix_splitters()
+
+    def _room_beside_lesson(self) -> int:
+        """The views' width beside the lesson panel at the width its questions need.
+
+        Less what the loop's longest line needs beyond its column's readable minimum: a view
+        kept beside the panel never makes the loop wrap.
+        """
+        width, panel = self.width(), self.lesson_panel
+        bounds = (int(width * LESSON_SHARE[0]), int(width * LESSON_SHARE[1]), panel.height(), self.points)
+        if bounds not in self._lesson_needs:
+            self._lesson_needs[bounds] = panel.lesson_width(self.lesson.stops, *bounds[:3])
+        column = WINDOW_LAYOUT.minimum([v for v in ("code", "grads") if v in self.presentation_panels])
+        loop = self.code.loop_extent()[0] - int(column[0] * PRESENTATION_MIN_SCALE)
+        return width - self._lesson_needs[bounds] - max(loop, 0) - 20
 
     def _fix_splitters(self) -> None:
         # A splitter whose children are all hidden would keep an empty column.

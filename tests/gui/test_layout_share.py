@@ -22,10 +22,10 @@ def test_where_not_even_the_least_fits_the_leading_rows_keep_theirs_and_the_code
     assert share(150, [400, 200], [500, 300]) == [0, 150]
 
 
-def test_beside_a_lesson_the_surface_gives_way_on_a_narrow_screen_only() -> None:
+def test_beside_a_lesson_the_surface_gives_way_where_the_panel_leaves_too_little_room() -> None:
     views = ("code", "surface", "grads", "surface3d")
-    assert beside_lesson(views, 1280, PRESENTATION_MIN_SCALE) == ("code", "grads")
-    assert beside_lesson(views, 1920, PRESENTATION_MIN_SCALE) == ("code", "surface", "grads")
+    assert beside_lesson(views, 640, PRESENTATION_MIN_SCALE) == ("code", "grads")
+    assert beside_lesson(views, 960, PRESENTATION_MIN_SCALE) == ("code", "surface", "grads")
 
 
 def test_a_question_about_the_weights_reads_the_surface_and_one_about_grad_does_not() -> None:
