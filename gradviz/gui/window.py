@@ -602,6 +602,8 @@ class MainWindow(QMainWindow):
         self.act_play.setIconText("❚❚ Pause" if playing else "▶ Play")
         self.act_play.setText("Pause" if playing else "Play")
         self._update_status()
+        if not playing and self.presenting:
+            self.schedule_redraw()  # drawn paused: the inspector's rows are shared anew if they wrapped
 
     # -------------------------------------------------------------- drawing
     @property
