@@ -14,6 +14,8 @@ that module's parameters, in norms, so a whole model's ``.grad`` reads at a glan
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -461,11 +463,40 @@ class GradsView(QWidget):
             widths = self._widths(natural, least, room, hidden)
         if widths is None:
             widths = self._widths(natural, least, 10**6, hidden) or natural
-        for col in range(len(COLUMNS)):
-            self.table.setColumnHidden(col, col in hidden)
-        for col, width in enumerate(widths):
-            self.table.setColumnWidth(col, width)
-        self.table.resizeRowsToContents()
+        with self._resized_in_this_paint():
+            for col in range(len(COLUMNS)):
+                self.table.setColumnHidden(col, col in hidden)
+            for col, width in enumerate(widths):
+                self.table.setColumnWidth(col, width)
+            self.table.resizeRowsToContents()
+
+    @contextmanager
+    def _resized_in_this_paint(self) -> Iterator[None]:
+        """Resize columns and rows so that the frame's one paint shows them.
+
+        QTableView answers each section resized with a zero timer that lays out and
+        repaints once the frame is already painted: a second paint of the whole table
+        in every frame whose numbers widened a column. The headers' signals are held
+        while resizing, and that layout and repaint are asked for here instead.
+        """
+        table = self.table
+        headers = (table.horizontalHeader(), table.verticalHeader())
+        before = self._section_sizes()
+        held = [header.blockSignals(True) for header in headers]
+        try:
+            yield
+        finally:
+            for header, was in zip(headers, held, strict=True):
+                header.blockSignals(was)
+        if self._section_sizes() != before:
+            table.updateGeometries()
+            table.viewport().update()
+
+    def _section_sizes(self) -> tuple[list[int], list[int]]:
+        """Each column's width (0 when hidden) and each row's height as laid out now."""
+        table = self.table
+        widths = [0 if table.isColumnHidden(c) else table.columnWidth(c) for c in range(table.columnCount())]
+        return widths, self.row_heights()
 
     def _droppable(self) -> list[int]:
         """Columns that may be left out when the table is too narrow: not the name, not .grad,
