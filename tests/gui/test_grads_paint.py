@@ -1,12 +1,13 @@
 """What a frame of Play costs the .grad inspector: one paint, also in frames whose numbers
-widen or narrow its columns."""
+widen or narrow its columns, and vectors' bars kept between paints only while their values stay."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from itertools import pairwise
 
-from PySide6.QtCore import QEvent, QObject
+from gui_helpers import press
+from PySide6.QtCore import QEvent, QObject, Qt
 
 
 class Paints(QObject):
@@ -49,3 +50,17 @@ def test_each_play_frame_paints_the_inspector_once_while_its_columns_resize(open
     assert resized >= 5, "columns were resized by the numbers during the frames counted"
     assert max(counted) == 1, f"paints of the inspector per frame: {counted}"
     assert sum(counted) >= len(counted) // 2, "the inspector showed the new numbers"
+
+
+def test_bars_kept_between_paints_are_the_bars_of_the_values_shown(open_window, qtbot) -> None:
+    w = open_window("virtual-batch")  # 32 and 64 weights: histograms; one output: a number
+    viewport = w.grads.table.viewport()
+    press(qtbot, w, Qt.Key.Key_Right, 3)
+    first = viewport.grab().toImage()
+    assert w.grads.delegate.vectors, "vector cells were drawn"
+    press(qtbot, w, Qt.Key.Key_Right, 4)  # a backward and a step: new .grad and new weights
+    kept = viewport.grab().toImage()
+    w.grads.delegate.vectors.clear()
+    fresh = viewport.grab().toImage()
+    assert kept != first, "the new values were drawn"
+    assert kept == fresh, "what is drawn from the bars kept is what the values draw afresh"
