@@ -232,8 +232,9 @@ def play(marks: list[int], frames: int, presentation: bool) -> dict[int, Figures
     return out
 
 
-def parts(marks: list[int], frames: int) -> None:
-    """Where a frame's time goes at each mark: each view's drawing and each plot's painting."""
+def parts(marks: list[int], frames: int, peer_median: float) -> None:
+    """Where a frame's time goes at each mark: each view's drawing and each plot's painting,
+    also as a share of the peer's median frame (``peer_median``, in ms)."""
     from collections import defaultdict
 
     from gradviz.engine import load_scenario
@@ -282,6 +283,9 @@ def parts(marks: list[int], frames: int) -> None:
         painted = sorted((name[6:], len(v)) for name, v in spent.items() if name.startswith("paint "))
         paints = ", ".join(f"{name} {count / shown:.2f}" for name, count in painted)
         print(f"  {'':16s}paints per frame: {paints}")
+        shares = sorted((name, 1000 * sum(v) / shown / peer_median) for name, v in spent.items())
+        ratios = ", ".join(f"{name} {share:.2f}" for name, share in shares)
+        print(f"  {'':16s}ms per frame / peer median: {ratios}")
     c.shutdown()
 
 
@@ -359,8 +363,10 @@ def main() -> None:
     args = parser.parse_args()
     marks = sorted(int(m) for m in args.marks.split(","))
     if args.parts:
+        base = peer(args.frames)
         print(f"Where the default views' frame time goes during full-speed Play of {SCENARIO}:")
-        parts(marks, args.frames)
+        parts(marks, args.frames, base.median)
+        print(f"  peer, bare pyqtgraph setData (2 curves of 2,000 points): {base.line()}")
         return
     report(marks, args.frames)
     start_up(args.rounds)

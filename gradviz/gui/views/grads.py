@@ -14,6 +14,8 @@ that module's parameters, in norms, so a whole model's ``.grad`` reads at a glan
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,43 +255,132 @@ def state_text(state: dict[str, Any], manual: bool) -> str:
     return "\n".join(parts)
 
 
+@dataclass(frozen=True)
+class Colours:
+    """A theme's colours as the delegate paints them, made once per theme rather than per cell."""
+
+    theme: Theme
+    highlight: QColor
+    none_bg: QColor
+    muted: QColor
+
+    @classmethod
+    def of(cls, theme: Theme) -> Colours:
+        return cls(theme, QColor(theme.highlight), QColor(theme.none_bg), QColor(theme.muted))
+
+
+@dataclass(frozen=True)
+class VectorShapes:
+    """What a vector cell draws, in order: its axis line, a bar or histogram bin per rect, and
+    a "!" where an element is not finite; made when the values or the cell's size change."""
+
+    values: Any  # the array drawn, held so that a new one (never the same object) is seen as new
+    rect: QRect
+    text: str | None  # what is written instead where no element is finite
+    line: tuple[int, int, int, int] | None
+    bars_first: bool  # a histogram's axis is drawn over its bins, bars are drawn over their axis
+    shapes: tuple[tuple[bool, QRectF], ...]  # (a "!" mark, not a bar; where)
+
+    @classmethod
+    def of(cls, values: Any, rect: QRect) -> VectorShapes:
+        flat = np.asarray(values, dtype=np.float64).reshape(-1)
+        area = QRectF(rect.adjusted(6, 4, -6, -4))
+        finite = flat[np.isfinite(flat)]
+        if finite.size == 0:
+            return cls(values, QRect(rect), "no finite values", None, False, ())
+        shapes: list[tuple[bool, QRectF]] = []
+        if flat.size <= BARS_UP_TO:
+            scale = float(np.abs(finite).max()) or 1.0
+            mid = area.center().y()
+            w = area.width() / flat.size
+            for i, v in enumerate(flat):
+                if not np.isfinite(v):
+                    shapes.append((True, QRectF(area.left() + i * w, area.top(), w, area.height())))
+                    continue
+                h = (area.height() / 2) * (v / scale)
+                bar = QRectF(area.left() + i * w + 1, mid - max(h, 0), max(w - 2, 1), abs(h))
+                shapes.append((False, bar))
+            line = (int(area.left()), int(mid), int(area.right()), int(mid))
+            return cls(values, QRect(rect), None, line, False, tuple(shapes))
+        counts, _ = np.histogram(finite, bins=HIST_BINS)
+        top = counts.max() or 1
+        w = area.width() / HIST_BINS
+        for i, c in enumerate(counts):
+            h = area.height() * c / top
+            shapes.append((False, QRectF(area.left() + i * w, area.bottom() - h, max(w - 1, 1), h)))
+        line = (int(area.left()), int(area.bottom()), int(area.right()), int(area.bottom()))
+        return cls(values, QRect(rect), None, line, True, tuple(shapes))
+
+    def paint(self, painter: QPainter, area: QRectF, brush: QBrush) -> None:
+        if self.text is not None:
+            painter.drawText(area, int(Qt.AlignmentFlag.AlignVCenter), self.text)
+            return
+        if self.line is not None and not self.bars_first:
+            painter.drawLine(*self.line)
+        for mark, where in self.shapes:
+            if mark:
+                painter.drawText(where, 0x84, "!")
+            else:
+                painter.fillRect(where, brush)
+        if self.line is not None and self.bars_first:
+            painter.drawLine(*self.line)
+
+
 class CellDelegate(QStyledItemDelegate):
-    """Paints None cells, change highlights, and bars or histograms of vector values."""
+    """Paints None cells, change highlights, and bars or histograms of vector values.
+
+    A frame of Play paints every cell: what a cell needs is looked up once, colours are made
+    once per theme and a vector's bars once per value, and cells of plain text are left to Qt.
+    """
 
     def __init__(self, view: GradsView) -> None:
         super().__init__(view.table)
         self.view = view
+        self._colours = Colours.of(view.theme)
+        self.vectors: dict[tuple[int, int], VectorShapes] = {}  # (row, column) -> its bars
 
     def paint(
         self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
     ) -> None:
         theme = self.view.theme
+        if self._colours.theme is not theme:
+            self._colours = Colours.of(theme)
+        colours = self._colours
         kind = index.data(KIND)
+        changed = bool(index.data(CHANGED))
         rect = option.rect
-        painter.save()
-        if index.data(CHANGED):
-            painter.fillRect(rect, QColor(theme.highlight))
+        if changed:
+            painter.fillRect(rect, colours.highlight)
         if kind == "none":
-            painter.fillRect(rect.adjusted(2, 2, -2, -2), QColor(theme.none_bg))
+            painter.save()
+            painter.fillRect(rect.adjusted(2, 2, -2, -2), colours.none_bg)
             font = QFont(option.font)
             font.setItalic(True)
             painter.setFont(font)
-            painter.setPen(QColor(theme.muted))
+            painter.setPen(colours.muted)
             painter.drawText(rect.adjusted(8, 0, -4, 0), int(Qt.AlignmentFlag.AlignVCenter), fmt.NONE_TEXT)
             painter.restore()
             return
-        values = index.data(VALUES)
-        if kind == "array" and values is not None and np.size(values) > 1:
+        values = index.data(VALUES) if kind == "array" else None
+        if values is not None and np.size(values) > 1:
+            key = (index.row(), index.column())
+            shapes = self.vectors.get(key)
+            if shapes is None or shapes.values is not values or shapes.rect != rect:
+                shapes = self.vectors[key] = VectorShapes.of(values, rect)
             run = index.data(RUN)
-            colour = run_color(run) if isinstance(run, int) else theme.accent
-            self._paint_vector(painter, rect, np.asarray(values, dtype=np.float64).reshape(-1), theme, colour)
+            painter.save()
+            painter.setPen(QPen(colours.muted))
+            brush = QBrush(QColor(run_color(run) if isinstance(run, int) else theme.accent))
+            shapes.paint(painter, QRectF(rect.adjusted(6, 4, -6, -4)), brush)
             painter.restore()
             return
-        painter.restore()
+        if kind != "na" and not changed:
+            super().paint(painter, option, index)
+            return
         opt = QStyleOptionViewItem(option)
         if kind == "na":
-            opt.palette.setColor(opt.palette.ColorRole.Text, QColor(theme.muted))
-        if index.data(CHANGED):
+            opt.palette.setColor(opt.palette.ColorRole.Text, colours.muted)
+        if changed:
             opt.state &= ~QStyle.StateFlag.State_Selected
         super().paint(painter, opt, index)
 
@@ -304,38 +395,6 @@ class CellDelegate(QStyledItemDelegate):
         vector = values is not None and np.size(values) > 1
         width = fm.horizontalAdvance("-0.0000") * 3 // 2 if vector else fm.horizontalAdvance(text)
         return QSize(width + 12, fm.height() + 8)
-
-    def _paint_vector(
-        self, painter: QPainter, rect: QRect, flat: np.ndarray, theme: Theme, colour: str
-    ) -> None:
-        area = QRectF(rect.adjusted(6, 4, -6, -4))
-        finite = flat[np.isfinite(flat)]
-        pen = QPen(QColor(theme.muted))
-        painter.setPen(pen)
-        if finite.size == 0:
-            painter.drawText(area, int(Qt.AlignmentFlag.AlignVCenter), "no finite values")
-            return
-        brush = QBrush(QColor(colour))
-        if flat.size <= BARS_UP_TO:
-            scale = float(np.abs(finite).max()) or 1.0
-            mid = area.center().y()
-            painter.drawLine(int(area.left()), int(mid), int(area.right()), int(mid))
-            w = area.width() / flat.size
-            for i, v in enumerate(flat):
-                if not np.isfinite(v):
-                    painter.drawText(QRectF(area.left() + i * w, area.top(), w, area.height()), 0x84, "!")
-                    continue
-                h = (area.height() / 2) * (v / scale)
-                bar = QRectF(area.left() + i * w + 1, mid - max(h, 0), max(w - 2, 1), abs(h))
-                painter.fillRect(bar, brush)
-            return
-        counts, _ = np.histogram(finite, bins=HIST_BINS)
-        top = counts.max() or 1
-        w = area.width() / HIST_BINS
-        for i, c in enumerate(counts):
-            h = area.height() * c / top
-            painter.fillRect(QRectF(area.left() + i * w, area.bottom() - h, max(w - 1, 1), h), brush)
-        painter.drawLine(int(area.left()), int(area.bottom()), int(area.right()), int(area.bottom()))
 
 
 class GradsView(QWidget):
@@ -367,7 +426,8 @@ class GradsView(QWidget):
         # Names and optimizer state wrap at spaces when the panel is narrow; numbers never do.
         self.table.setWordWrap(True)
         self.table.setTextElideMode(Qt.TextElideMode.ElideNone)
-        self.table.setItemDelegate(CellDelegate(self))
+        self.delegate = CellDelegate(self)
+        self.table.setItemDelegate(self.delegate)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
@@ -393,6 +453,7 @@ class GradsView(QWidget):
         self.info = info
         self.rows = {}
         self._state_tips = {}
+        self.delegate.vectors.clear()
         self.shown_rows = inspector_rows(info)
         self.table.setRowCount(len(self.shown_rows))
         header = self.table.horizontalHeader()
@@ -461,11 +522,40 @@ class GradsView(QWidget):
             widths = self._widths(natural, least, room, hidden)
         if widths is None:
             widths = self._widths(natural, least, 10**6, hidden) or natural
-        for col in range(len(COLUMNS)):
-            self.table.setColumnHidden(col, col in hidden)
-        for col, width in enumerate(widths):
-            self.table.setColumnWidth(col, width)
-        self.table.resizeRowsToContents()
+        with self._resized_in_this_paint():
+            for col in range(len(COLUMNS)):
+                self.table.setColumnHidden(col, col in hidden)
+            for col, width in enumerate(widths):
+                self.table.setColumnWidth(col, width)
+            self.table.resizeRowsToContents()
+
+    @contextmanager
+    def _resized_in_this_paint(self) -> Iterator[None]:
+        """Resize columns and rows so that the frame's one paint shows them.
+
+        QTableView answers each section resized with a zero timer that lays out and
+        repaints once the frame is already painted: a second paint of the whole table
+        in every frame whose numbers widened a column. The headers' signals are held
+        while resizing, and that layout and repaint are asked for here instead.
+        """
+        table = self.table
+        headers = (table.horizontalHeader(), table.verticalHeader())
+        before = self._section_sizes()
+        held = [header.blockSignals(True) for header in headers]
+        try:
+            yield
+        finally:
+            for header, was in zip(headers, held, strict=True):
+                header.blockSignals(was)
+        if self._section_sizes() != before:
+            table.updateGeometries()
+            table.viewport().update()
+
+    def _section_sizes(self) -> tuple[list[int], list[int]]:
+        """Each column's width (0 when hidden) and each row's height as laid out now."""
+        table = self.table
+        widths = [0 if table.isColumnHidden(c) else table.columnWidth(c) for c in range(table.columnCount())]
+        return widths, self.row_heights()
 
     def _droppable(self) -> list[int]:
         """Columns that may be left out when the table is too narrow: not the name, not .grad,

@@ -1,0 +1,66 @@
+"""What a frame of Play costs the .grad inspector: one paint, also in frames whose numbers
+widen or narrow its columns, and vectors' bars kept between paints only while their values stay."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import pairwise
+
+from gui_helpers import press
+from PySide6.QtCore import QEvent, QObject, Qt
+
+
+class Paints(QObject):
+    """Counts the paint events a widget receives."""
+
+    def __init__(self, widget) -> None:
+        super().__init__()
+        self.count = 0
+        widget.installEventFilter(self)
+
+    def eventFilter(self, watched, event) -> bool:
+        if event.type() == QEvent.Type.Paint:
+            self.count += 1
+        return False
+
+
+def test_each_play_frame_paints_the_inspector_once_while_its_columns_resize(open_window, qtbot) -> None:
+    from gradviz.engine import load_scenario
+
+    w = open_window(replace(load_scenario("forgot-zero-grad"), iterations=100_000))
+    table = w.grads.table
+    paints = Paints(table.viewport())
+    per_frame: list[int] = []  # the paints since the frame before: that frame's
+    widths: list[list[int]] = []
+
+    def drawn() -> None:
+        per_frame.append(paints.count)
+        paints.count = 0
+        widths.append([table.columnWidth(c) for c in range(table.columnCount())])
+
+    w.frame_drawn.connect(drawn)
+    c = w.controller
+    c.set_speed(0)  # many ops a frame: the numbers' digits come and go
+    c.play()
+    qtbot.waitUntil(lambda: len(per_frame) >= 41, timeout=120_000)
+    c.pause()
+    w.frame_drawn.disconnect(drawn)
+    counted = per_frame[2:]  # from the second frame of Play on, each frame's paints whole
+    resized = sum(a != b for a, b in pairwise(widths[:-1]))  # frame k against k - 1, as counted
+    assert resized >= 5, "columns were resized by the numbers during the frames counted"
+    assert max(counted) == 1, f"paints of the inspector per frame: {counted}"
+    assert sum(counted) >= len(counted) // 2, "the inspector showed the new numbers"
+
+
+def test_bars_kept_between_paints_are_the_bars_of_the_values_shown(open_window, qtbot) -> None:
+    w = open_window("virtual-batch")  # 32 and 64 weights: histograms; one output: a number
+    viewport = w.grads.table.viewport()
+    press(qtbot, w, Qt.Key.Key_Right, 3)
+    first = viewport.grab().toImage()
+    assert w.grads.delegate.vectors, "vector cells were drawn"
+    press(qtbot, w, Qt.Key.Key_Right, 4)  # a backward and a step: new .grad and new weights
+    kept = viewport.grab().toImage()
+    w.grads.delegate.vectors.clear()
+    fresh = viewport.grab().toImage()
+    assert kept != first, "the new values were drawn"
+    assert kept == fresh, "what is drawn from the bars kept is what the values draw afresh"
