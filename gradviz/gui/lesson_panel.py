@@ -202,12 +202,8 @@ class LessonPanel(QWidget):
             self.body.insertWidget(self.body.count() - 1, q)
             self.questions.append(q)
         first = self.current()
-        if not self.isVisible():
-            pass  # a panel only measured takes no focus from the one shown
-        elif first is not None and first.entry is not None:
-            first.entry.setFocus()
-        else:
-            self.setFocus()
+        if self.isVisible():  # a panel only measured takes no focus from the one shown
+            (first.entry if first is not None and first.entry is not None else self).setFocus()
         self.questions_area.verticalScrollBar().setValue(0)
         self.content_changed.emit()
 

@@ -99,9 +99,10 @@ class MainWindow(QMainWindow):
         self.controller = controller or Controller(threaded=True, parent=self)
         self.interactive = interactive
         self.presenting = False
-        # The lesson panel's width for the bounds it was measured in (least, most, height, type).
-        self._lesson_width: tuple[tuple[int, int, int, float], int] = ((0, 0, 0, 0.0), 0)
-        self._lesson_needs: dict[tuple[int, int, int, float], int] = {}  # this lesson's, by bounds
+        # The lesson panel's width, held for the bounds (least, most) it was fitted in.
+        self._lesson_width: tuple[tuple[int, int], int] = ((0, 0), 0)
+        # What this lesson's questions need, by bounds, the panel's height and the type size.
+        self._lesson_needs: dict[tuple[int, int, int, float], int] = {}
         self.points: float = BASE_POINT_SIZE  # body type: larger in presentation mode
         self._fitted_rows: list[int] = []  # the inspector's row heights when the column was last shared
         self.theme: Theme = theme_named("light")
@@ -584,8 +585,7 @@ class MainWindow(QMainWindow):
         self.act_lesson.blockSignals(False)
         for act in self.lesson_keys:
             act.setEnabled(started)
-        self._lesson_width = ((0, 0, 0, 0.0), 0)  # measured anew for this lesson's stops
-        self._lesson_needs = {}
+        self._lesson_width, self._lesson_needs = ((0, 0), 0), {}  # measured anew for this lesson's stops
         if self.presenting:
             self._show_chosen()
             QTimer.singleShot(0, self.fit_presentation)  # the views' share of the screen changed
@@ -892,14 +892,20 @@ class MainWindow(QMainWindow):
         )
         # One width for the whole lesson, measured over every stop's questions: the views keep still
         # beside it. A reveal widens it only where one answer could not be read whole, and that holds.
-        bounds = (max(min(share_least, most), 1), max(most, 1), panel.height(), self.points)
-        if self._lesson_width[0] != bounds:
-            self._lesson_width = (bounds, panel.lesson_width(self.lesson.stops, *bounds[:3]))
-        _, high, height, _ = bounds
-        fits = partial(panel.answers_fit, height=height)
-        need = panel.least_width(min(self._lesson_width[1], high), high, fits)
-        self._lesson_width = (bounds, need)
+        low, high = max(min(share_least, most), 1), max(most, 1)
+        held = self._lesson_width[1] if self._lesson_width[0] == (low, high) else 0
+        start = min(max(self._lesson_need(low, high), held), high)
+        need = panel.least_width(start, high, partial(panel.answers_fit, height=panel.height()))
+        self._lesson_width = ((low, high), need)
         panel.setFixedWidth(need)
+
+    def _lesson_need(self, low: int, high: int) -> int:
+        """The width from ``low`` to ``high`` that every stop's questions need, measured once per size."""
+        panel = self.lesson_panel
+        key = (low, high, panel.height(), self.points)
+        if key not in self._lesson_needs:
+            self._lesson_needs[key] = panel.lesson_width(self.lesson.stops, low, high, panel.height())
+        return self._lesson_needs[key]
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
@@ -958,13 +964,11 @@ class MainWindow(QMainWindow):
         Less what the loop's longest line needs beyond its column's readable minimum: a view
         kept beside the panel never makes the loop wrap.
         """
-        width, panel = self.width(), self.lesson_panel
-        bounds = (int(width * LESSON_SHARE[0]), int(width * LESSON_SHARE[1]), panel.height(), self.points)
-        if bounds not in self._lesson_needs:
-            self._lesson_needs[bounds] = panel.lesson_width(self.lesson.stops, *bounds[:3])
+        width = self.width()
+        need = self._lesson_need(int(width * LESSON_SHARE[0]), int(width * LESSON_SHARE[1]))
         column = WINDOW_LAYOUT.minimum([v for v in ("code", "grads") if v in self.presentation_panels])
         loop = self.code.loop_extent()[0] - int(column[0] * PRESENTATION_MIN_SCALE)
-        return width - self._lesson_needs[bounds] - max(loop, 0) - 20
+        return width - need - max(loop, 0) - 20
 
     def _fix_splitters(self) -> None:
         # A splitter whose children are all hidden would keep an empty column.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QColor
 
 
@@ -30,3 +30,17 @@ def colour_near(pixel: QColor, hex_colour: str, tolerance: int = 40) -> bool:
             strict=True,
         )
     )
+
+
+class Paints(QObject):
+    """Counts the paint events a widget receives."""
+
+    def __init__(self, widget) -> None:
+        super().__init__()
+        self.count = 0
+        widget.installEventFilter(self)
+
+    def eventFilter(self, watched, event) -> bool:
+        if event.type() == QEvent.Type.Paint:
+            self.count += 1
+        return False

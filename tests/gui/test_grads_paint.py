@@ -6,22 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import pairwise
 
-from gui_helpers import press
-from PySide6.QtCore import QEvent, QObject, Qt
-
-
-class Paints(QObject):
-    """Counts the paint events a widget receives."""
-
-    def __init__(self, widget) -> None:
-        super().__init__()
-        self.count = 0
-        widget.installEventFilter(self)
-
-    def eventFilter(self, watched, event) -> bool:
-        if event.type() == QEvent.Type.Paint:
-            self.count += 1
-        return False
+from gui_helpers import Paints, press
+from PySide6.QtCore import Qt
 
 
 def test_each_play_frame_paints_the_inspector_once_while_its_columns_resize(open_window, qtbot) -> None:

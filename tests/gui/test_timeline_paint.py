@@ -5,23 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gui_helpers import press
-from PySide6.QtCore import QEvent, QObject, Qt
+from gui_helpers import Paints, press
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
-
-
-class Paints(QObject):
-    """Counts the paint events a widget receives."""
-
-    def __init__(self, widget) -> None:
-        super().__init__()
-        self.count = 0
-        widget.installEventFilter(self)
-
-    def eventFilter(self, watched, event) -> bool:
-        if event.type() == QEvent.Type.Paint:
-            self.count += 1
-        return False
 
 
 def _painted(qtbot) -> None:
