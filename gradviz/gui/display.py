@@ -19,7 +19,7 @@ import subprocess
 import sys
 from functools import cache
 
-from PySide6.QtCore import QMessageLogContext, QtMsgType, qInstallMessageHandler
+from PySide6.QtCore import QCoreApplication, QMessageLogContext, Qt, QtMsgType, qInstallMessageHandler
 from PySide6.QtWidgets import QApplication
 
 import gradviz
@@ -137,6 +137,9 @@ def application(offscreen: bool = False) -> QApplication:
         if offscreen:
             os.environ["QT_QPA_PLATFORM"] = "offscreen"
         qInstallMessageHandler(_quiet_platform_notes)
+        # One OpenGL context shared by every top-level window: pyqtgraph compiles its shaders
+        # once, so without it a second window's (or an export frame's) 3-D path is not drawn.
+        QCoreApplication.setAttribute(Qt.ApplicationAttribute.AA_ShareOpenGLContexts)
         app = QApplication([sys.argv[0] if sys.argv else "gradviz"])
     app.setOrganizationName("gradviz")
     app.setApplicationName("gradviz")

@@ -70,3 +70,31 @@ def test_mesh_renders_under_a_display(open_window, qtbot) -> None:
         image.pixelColor(x, y).name() for x in range(0, image.width(), 7) for y in range(0, image.height(), 7)
     }
     assert len(pixels - {background.name()}) > 20
+
+
+def _path_pixels(image) -> int:
+    """Pixels of a saturated warm colour (the first run's path and marker) on the grey mesh."""
+    count = 0
+    for x in range(0, image.width(), 2):
+        for y in range(0, image.height(), 2):
+            c = image.pixelColor(x, y)
+            count += c.red() - max(c.green(), c.blue()) > 80
+    return count
+
+
+@pytest.mark.gl
+def test_a_second_window_draws_its_3d_path_too(open_window, qtbot) -> None:
+    """Every window (and an export frame beside the window) draws its run's path on the 3-D surface,
+    not only the first one made in the process."""
+    if gl_unavailable() is not None:
+        pytest.skip(gl_unavailable())
+    drawn = []
+    for _ in range(2):
+        w = open_window("standard-loop")
+        w.set_surface3d(True)
+        for _ in range(12):
+            w.controller.next_op()
+            settle(qtbot, w)
+        drawn.append(_path_pixels(w.surface3d.frame()))
+    assert drawn[0] > 20
+    assert drawn[1] > 20
