@@ -353,6 +353,8 @@ class _Static(NamedTuple):
     leaves: frozenset[int]
     # By the nodes a backward freed: ``nodes`` with those nodes' saved tensors marked freed.
     freed: dict[tuple[int, ...], tuple[Node, ...]]
+    # The parameters' AccumulateGrad nodes by the parameter's name: name -> node id.
+    params: Mapping[str, int]
 
     def nodes_freed(self, ids: Sequence[int]) -> tuple[Node, ...]:
         """``nodes`` with the saved tensors of the nodes ``ids`` marked freed."""
@@ -466,7 +468,7 @@ def _read(
     accumulate = _accumulate_grad()
     nodes: list[Node] = []
     probe: list[str | None] = []
-    leaves = []
+    leaves: dict[str, int] = {}
     for i, node in enumerate(live):
         name = type(node).__name__
         kind: Kind = "loss" if i == 0 else "operation"
@@ -475,14 +477,14 @@ def _read(
             if i:
                 kind = "parameter" if param is not None else "input"
             if param is not None:
-                leaves.append(i)
+                leaves[param] = i
             nodes.append(Node(i, name, kind, param, tuple(node.variable.shape)))
             probe.append(None)
             continue
         saved, first = _saved(node, freed)
         nodes.append(Node(i, name, kind, None, shapes[i], saved))
         probe.append(first)
-    return _Static(tuple(nodes), tuple(probe), frozenset(leaves), {})
+    return _Static(tuple(nodes), tuple(probe), frozenset(leaves.values()), {}, leaves)
 
 
 def _walk(
@@ -502,7 +504,7 @@ def _walk(
     """
     root = loss.grad_fn
     if root is None:
-        return _Walk(_Static((), (), frozenset(), {}), [], (), (), phase, iteration, micro)
+        return _Walk(_Static((), (), frozenset(), {}, {}), [], (), (), phase, iteration, micro)
     live, edges, slots = _structure(root)
     accumulate = _accumulate_grad()
     # A parameter's leaf by its name (its shape is the parameter's), any other node by its output shape.
@@ -635,6 +637,18 @@ class GraphCapture:
         self.values = values
         # The newest forward's walk or backward's hook results, with its iteration and slot.
         self._newest: tuple[int, OpSlot, _Walk | _Raw] | None = None
+        # A parameter's AccumulateGrad node stays the same object from forward to forward while
+        # something holds it: held here, its hook is put on once. By parameter name: (node, handle).
+        self._leaf_hooks: dict[str, tuple[Any, torch.utils.hooks.RemovableHandle]] = {}
+        # Where the leaves' hooks report during a backward: the list, and the walk's ids by name.
+        self._leaf_sink: list[Any] = [None, {}]
+
+    def close(self) -> None:
+        """Remove the hooks the capture keeps on parameters' ``AccumulateGrad`` nodes, and let go of them
+        (the hooks on other nodes go with their graphs)."""
+        for _, handle in self._leaf_hooks.values():
+            handle.remove()
+        self._leaf_hooks.clear()
 
     @property
     def pending(self) -> dict[str, Graph]:
@@ -662,11 +676,10 @@ class GraphCapture:
             walk.cuts = _cut_marks(walk, cuts, self._cut_places)
         return walk
 
-    def forward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> Graph:
-        """Walk the graph ``loss`` has just been given; returns it (nothing has run in it yet)."""
+    def forward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> None:
+        """Walk the graph ``loss`` has just been given (:attr:`pending` shows it)."""
         walk = self._walks[slot.phase] = self._walked(run, slot, iteration, loss)
         self._newest = (iteration, slot, walk)
-        return walk.graph
 
     @contextlib.contextmanager
     def backward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> Iterator[None]:
@@ -690,11 +703,12 @@ class GraphCapture:
         started: list[int] = []
         if not walk.hooked:
             walk.hooked = True
-            for i, node in enumerate(walk.live):
-                node.register_hook(functools.partial(_ran, i, walk.sink))
+            self._hook(walk)
         gone = list(enumerate(walk.live)) if walk.stale else self._freed_now(walk) if walk.backwards else []
         handles = [node.register_prehook(functools.partial(_start, i, started)) for i, node in gone]
         walk.sink[0] = ran
+        leaf_sink = self._leaf_sink
+        leaf_sink[0], leaf_sink[1] = ran, walk.static.params
         error = None
         try:
             yield
@@ -702,7 +716,7 @@ class GraphCapture:
             error = f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            walk.sink[0] = None
+            walk.sink[0] = leaf_sink[0] = None
             for h in handles:
                 h.remove()
             walk.backwards += 1
@@ -720,6 +734,22 @@ class GraphCapture:
             if slot.again == run.loop.backwards - 1:
                 # The run lets go of the loss now; so does the capture, lest it keep a retained graph.
                 del self._walks[slot.phase]
+
+    def _hook(self, walk: _Walk) -> None:
+        """One post hook on each node of ``walk``: a parameter's leaf keeps the one it has."""
+        static = walk.static
+        leaves, nodes, held = static.leaves, static.nodes, self._leaf_hooks
+        for i, node in enumerate(walk.live):
+            if i not in leaves:
+                node.register_hook(functools.partial(_ran, i, walk.sink))
+                continue
+            name = nodes[i].param
+            assert name is not None  # a parameter's leaf
+            kept = held.get(name)
+            if kept is None or kept[0] is not node:
+                if kept is not None:
+                    kept[1].remove()
+                held[name] = (node, node.register_hook(functools.partial(_ran_leaf, name, self._leaf_sink)))
 
     @staticmethod
     def _freed_now(walk: _Walk) -> list[tuple[int, Any]]:
@@ -789,6 +819,17 @@ def _ran(
     ran = sink[0]
     if ran is not None:
         ran.append((i, grad_outputs, grad_inputs))
+
+
+def _ran_leaf(
+    name: str,
+    sink: list[Any],
+    grad_inputs: Sequence[torch.Tensor | None],
+    grad_outputs: Sequence[torch.Tensor | None],
+) -> None:
+    ran = sink[0]
+    if ran is not None:
+        ran.append((sink[1][name], grad_outputs, grad_inputs))
 
 
 def _start(i: int, started: list[int], grad_outputs: Sequence[torch.Tensor | None]) -> None:
@@ -924,7 +965,7 @@ def capture_graph(scenario: Scenario, run: str | None = None, iteration: int = 0
     return capture.graphs[backward - 1]
 
 
-def replay_graph(lab: Lab, run: str, tick: int) -> Graph:
+def replay_graph(lab: Lab, run: str, tick: int, values: int | None = None) -> Graph:
     """The graph of the forward or backward ``run`` performed at ``tick``, walked again: a forward's
     as it built it (before its backward), a backward's with what flowed in it.
 
@@ -933,7 +974,8 @@ def replay_graph(lab: Lab, run: str, tick: int) -> Graph:
     from the iteration's first op: what a view draws for a moment whose graph the window no
     longer keeps, or never captured. The cost is at most the lab's keyframe interval in
     iterations (one in a small model's lab), wherever the tick lies. A lab that kept no keyframe
-    (``bare``) is replayed from the scenario's start, as ``gradviz graph`` does.
+    (``bare``) is replayed from the scenario's start, as ``gradviz graph`` does. ``values`` is
+    :class:`GraphCapture`'s: a view passes its own, and gets the graph its capture would have made.
 
     Raises
     ------
@@ -954,7 +996,7 @@ def replay_graph(lab: Lab, run: str, tick: int) -> Graph:
     if lab.mode != "bare" and history.keyframes:
         first = history.keyframe_before(iteration)
         copy.restore(*history.keyframe(first))
-    capture = GraphCapture(lazy=True)
+    capture = GraphCapture(values=values, lazy=True)
     for t in range(first * tpi, tick + 1):
         op = lab.schedule[t % tpi][r]
         if op is None or not copy.active:

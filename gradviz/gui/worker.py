@@ -341,6 +341,8 @@ class LabWorker(QObject):
         self.capturing = on
         self._graphs.clear()
         for run in self.lab.runs if self.lab is not None else ():
+            if run.graph_observer is not None:
+                run.graph_observer.close()  # its hooks go with it
             run.graph_observer = GraphCapture(values=VIEW_VALUES, lazy=True) if on else None
 
     def _keep_graphs(self) -> None:
@@ -492,7 +494,7 @@ class LabWorker(QObject):
     def replay_graph(self, request: Any, generation: int) -> None:
         """Walk again the graph of the forward or backward ``request = (run, tick)`` performed, on a copy
         of the run (:func:`~gradviz.engine.graph.replay_graph`); answers ``(run, tick, graph or None)``."""
-        from gradviz.engine.graph import replay_graph
+        from gradviz.engine.graph import VIEW_VALUES, replay_graph
 
         lab = self.lab
         if lab is None or generation != self.generation:
@@ -501,7 +503,7 @@ class LabWorker(QObject):
         graph = None
         if tick < lab.tick:  # not forgotten by a reset since it was asked for
             try:
-                graph = replay_graph(lab, run, tick)
+                graph = replay_graph(lab, run, tick, VIEW_VALUES)  # as the view's capture makes it
             except Exception:
                 graph = None  # the view then says what the records tell
         self.graph_replayed.emit((run, tick, graph), generation)
