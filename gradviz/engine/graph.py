@@ -18,7 +18,6 @@ through a freed graph raises in PyTorch; its graph is kept with that error."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import shutil
 import subprocess
@@ -505,17 +504,20 @@ def _walk(
     root = loss.grad_fn
     if root is None:
         return _Walk(_Static((), (), frozenset(), {}, {}), [], (), (), phase, iteration, micro)
-    live, edges, slots = _structure(root)
+    live, listed, slot_list = _structure(root)
+    edges, slots = tuple(listed), tuple(slot_list)
     accumulate = _accumulate_grad()
     # A parameter's leaf by its name (its shape is the parameter's), any other node by its output shape.
-    shapes = [
-        (params.get(id(n.variable)) or tuple(n.variable.shape)) if type(n) is accumulate else _shape(n)
-        for n in live
-    ]
+    shapes = tuple(
+        [
+            (params.get(id(n.variable)) or tuple(n.variable.shape)) if type(n) is accumulate else _shape(n)
+            for n in live
+        ]
+    )
     static = None
     freed: list[str] = []
     if known is not None:
-        key = (tuple(map(type, live)), tuple(edges), tuple(slots), tuple(shapes))
+        key = (tuple(map(type, live)), edges, slots, shapes)
         static = known.get(key)
     if static is None:
         static = _read(live, params, shapes, freed)
@@ -524,7 +526,7 @@ def _walk(
             if len(known) >= _REMEMBERED:
                 del known[next(iter(known))]
             known[key] = static
-    return _Walk(static, live, tuple(edges), tuple(slots), phase, iteration, micro, stale=bool(freed))
+    return _Walk(static, live, edges, slots, phase, iteration, micro, stale=bool(freed))
 
 
 def _cut_marks(walk: _Walk, cuts: Sequence[Cut], places: dict[str, tuple[int, str]]) -> tuple[CutMark, ...]:
@@ -681,8 +683,7 @@ class GraphCapture:
         walk = self._walks[slot.phase] = self._walked(run, slot, iteration, loss)
         self._newest = (iteration, slot, walk)
 
-    @contextlib.contextmanager
-    def backward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> Iterator[None]:
+    def backward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> _Backward:
         """Capture what the ``with`` body's ``loss.backward()`` does in the walked graph.
 
         One post hook per node: it fires right after the node ran, so the hooks'
@@ -699,41 +700,39 @@ class GraphCapture:
         walk = self._walks.get(slot.phase)
         if walk is None or not walk.live or walk.live[0] is not loss.grad_fn:
             walk = self._walks[slot.phase] = self._walked(run, slot, iteration, loss)
-        ran: list[_Ran] = []
-        started: list[int] = []
         if not walk.hooked:
             walk.hooked = True
             self._hook(walk)
+        ran: list[_Ran] = []
+        started: list[int] = []
         gone = list(enumerate(walk.live)) if walk.stale else self._freed_now(walk) if walk.backwards else []
         handles = [node.register_prehook(functools.partial(_start, i, started)) for i, node in gone]
-        walk.sink[0] = ran
-        leaf_sink = self._leaf_sink
-        leaf_sink[0], leaf_sink[1] = ran, walk.static.params
-        error = None
-        try:
-            yield
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            raise
-        finally:
-            walk.sink[0] = leaf_sink[0] = None
-            for h in handles:
-                h.remove()
-            walk.backwards += 1
-            failed = next((i for i in started if i not in {r[0] for r in ran}), None) if error else None
-            freed = self._freed_by(walk, ran, error)
-            raw = _Raw(
-                walk.static, walk.edges, walk.slots, walk.phase, walk.iteration, walk.micro, walk.cuts,
-                ran, freed, error, failed,
-            )  # fmt: skip
-            self._newest = (iteration, slot, raw)
-            if not self.lazy:
-                self.graphs.append(self._finish(raw))
-                if self.keep is not None and len(self.graphs) > self.keep:
-                    del self.graphs[: len(self.graphs) - self.keep]
-            if slot.again == run.loop.backwards - 1:
-                # The run lets go of the loss now; so does the capture, lest it keep a retained graph.
-                del self._walks[slot.phase]
+        walk.sink[0] = self._leaf_sink[0] = ran
+        self._leaf_sink[1] = walk.static.params
+        last = slot.again == run.loop.backwards - 1
+        return _Backward(self, walk, (iteration, slot), last, ran, started, handles)
+
+    def _done(self, b: _Backward, error: str | None) -> None:
+        """The end of the backward ``b`` captured: its hook results kept (or its graph made)."""
+        walk, ran = b.walk, b.ran
+        walk.sink[0] = self._leaf_sink[0] = None
+        for h in b.handles:
+            h.remove()
+        walk.backwards += 1
+        failed = next((i for i in b.started if i not in {r[0] for r in ran}), None) if error else None
+        freed = self._freed_by(walk, ran, error)
+        raw = _Raw(
+            walk.static, walk.edges, walk.slots, walk.phase, walk.iteration, walk.micro, walk.cuts,
+            ran, freed, error, failed,
+        )  # fmt: skip
+        self._newest = (*b.op, raw)
+        if not self.lazy:
+            self.graphs.append(self._finish(raw))
+            if self.keep is not None and len(self.graphs) > self.keep:
+                del self.graphs[: len(self.graphs) - self.keep]
+        if b.last:
+            # The run lets go of the loss now; so does the capture, lest it keep a retained graph.
+            del self._walks[b.op[1].phase]
 
     def _hook(self, walk: _Walk) -> None:
         """One post hook on each node of ``walk``: a parameter's leaf keeps the one it has."""
@@ -808,6 +807,26 @@ class GraphCapture:
             raw.failed,
             raw.cuts,
         )
+
+
+class _Backward(NamedTuple):
+    """One captured ``backward()``: the context :meth:`GraphCapture.backward` returns (a plain
+    class, as a generator's context costs more than the rest of what a small model's op adds)."""
+
+    capture: GraphCapture
+    walk: _Walk
+    op: tuple[int, OpSlot]  # iteration, slot
+    last: bool  # the run's last backward through this loss
+    ran: list[_Ran]
+    started: list[int]
+    handles: list[Any]
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        error = f"{kind.__name__}: {exc}" if kind is not None and issubclass(kind, Exception) else None
+        self.capture._done(self, error)
 
 
 def _ran(
