@@ -345,9 +345,10 @@ class LabWorker(QObject):
                 run.graph_observer.close()  # its hooks go with it
             run.graph_observer = GraphCapture(values=VIEW_VALUES, lazy=True) if on else None
 
-    def _keep_graphs(self) -> None:
+    def _keep_graphs(self, since: int) -> None:
         """Make the graph of each run's newest forward or backward since the last call (plain data, no
-        tensors) and keep it with that op's tick; the graphs of the ops before it are not made."""
+        tensors) and keep it with that op's tick, where it lies at or after tick ``since`` (this
+        request's ops); the graphs of the ops before it are not made."""
         lab = self.lab
         assert lab is not None
         tpi = lab.ticks_per_iteration
@@ -358,7 +359,8 @@ class LabWorker(QObject):
                 continue
             iteration, slot, graph = got
             tick = next(t for t in range(tpi) if lab.schedule[t][r] is slot) + iteration * tpi
-            self._graphs[(run.name, tick)] = graph
+            if tick >= since:
+                self._graphs[(run.name, tick)] = graph
 
     # ---------------------------------------------------------------- step
     @Slot(int, int, float)
@@ -379,11 +381,12 @@ class LabWorker(QObject):
         # at full-speed Play (a budget) only each run's newest, once the ops are done: it is all a
         # frame draws, and the graph view has the lab walk again any other it comes to show.
         every = self.capturing and budget <= 0
+        since = lab.tick
         try:
             while not lab.stopped and lab.tick < end:
                 lab.step(end)
                 if every:
-                    self._keep_graphs()
+                    self._keep_graphs(since)
                 distance.append((lab.tick - 1, self._distances()))
                 if 0 <= until_tick < lab.tick:
                     break
@@ -392,7 +395,7 @@ class LabWorker(QObject):
                 if budget <= 0 and until_tick < 0:
                     break
             if self.capturing and not every:
-                self._keep_graphs()
+                self._keep_graphs(since)
             result = self._result(distance)
         except Exception as exc:
             self.failed.emit(f"The op failed inside gradviz ({type(exc).__name__}: {exc}).", generation)
@@ -449,7 +452,7 @@ class LabWorker(QObject):
             return
         self.lab.seek(-1)
         self._known = {r.name: 0 for r in self.lab.runs}
-        self._graphs.clear()
+        self.capture_graphs(self.capturing)  # fresh captures: nothing seen before the reset is kept
         self.was_reset.emit(generation)
 
     # --------------------------------------------------------------- fetch

@@ -157,3 +157,29 @@ def test_an_export_longer_than_the_graphs_kept_draws_every_frame_s_graph(qapp, t
     # Every backward is lit node by node in the export, the first as the last.
     backwards = sorted({tick for tick, _, ran in seen if 0 < ran < 5})
     assert len(backwards) >= 3 * GRAPHS_KEPT // 4 - 1
+
+
+def test_the_view_opened_just_after_a_forward_shows_the_graph_it_built(window):
+    from gradviz.engine import Lab
+    from gradviz.engine.graph import graph_of, run_params
+
+    w = window("forgot-zero-grad")
+    c = w.controller
+    lab = c.worker.lab
+    tpi = lab.ticks_per_iteration
+    forward = next(t for t in range(tpi) if (s := lab.schedule[t][0]) is not None and s.op == "forward")
+    target = 5 * tpi + forward
+    while c.cursor < target:
+        assert c.next_op()
+    w.show_panel("graph", True)
+    w.redraw()
+    shown = w.graph.shown
+    assert shown.graph is not None and shown.tick == target and not shown.graph.order
+    # The graph a plain lab's loss has there, walked from its grad_fn.
+    plain = Lab(load_builtin("forgot-zero-grad"), record="bare")
+    while plain.tick <= target:
+        plain.step()
+    run = plain.runs[0]
+    expected = graph_of(next(iter(run._live_loss.values())), run_params(run))
+    assert shown.graph.nodes == expected.nodes and shown.graph.edges == expected.edges
+    assert "forward() built this graph" in w.graph.note.text()
