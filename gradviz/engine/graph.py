@@ -18,8 +18,6 @@ through a freed graph raises in PyTorch; its graph is kept with that error."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
 import shutil
 import subprocess
@@ -354,6 +352,8 @@ class _Static(NamedTuple):
     leaves: frozenset[int]
     # By the nodes a backward freed: ``nodes`` with those nodes' saved tensors marked freed.
     freed: dict[tuple[int, ...], tuple[Node, ...]]
+    # The parameters' AccumulateGrad nodes by the parameter's name: name -> node id.
+    params: Mapping[str, int]
 
     def nodes_freed(self, ids: Sequence[int]) -> tuple[Node, ...]:
         """``nodes`` with the saved tensors of the nodes ``ids`` marked freed."""
@@ -376,18 +376,61 @@ class _Walk:
 
     Its hooks, put on the nodes at its first captured backward, stay with the nodes
     (they go with the graph); they report to ``sink[0]`` while a backward is captured.
+    Its :class:`Graph` is made only when asked for (most forwards' never are).
     """
 
-    graph: Graph
-    live: list[Any]
     static: _Static
+    live: list[Any]
+    edges: tuple[tuple[int, int], ...]
     # For each edge: the index of its node's next_functions entry (the slot of grad_inputs it gets).
     slots: tuple[int, ...]
+    phase: str | None
+    iteration: int | None
+    micro: int
+    cuts: tuple[CutMark, ...] = ()
     sink: list[list[_Ran] | None] = field(default_factory=lambda: [None])
     hooked: bool = False
     backwards: int = 0
     # Part of the graph was freed before it was walked (it reaches into an earlier, freed graph).
     stale: bool = False
+    _graph: Graph | None = None
+
+    @property
+    def graph(self) -> Graph:
+        """The graph as walked: nothing has run in it yet."""
+        if self._graph is None:
+            self._graph = Graph(
+                self.static.nodes,
+                self.edges,
+                root=0 if self.live else None,
+                phase=self.phase,
+                iteration=self.iteration,
+                micro=self.micro,
+                cuts=self.cuts,
+            )
+        return self._graph
+
+
+class _Raw(NamedTuple):
+    """What one backward's hooks received, not yet copied: :meth:`GraphCapture.newest` finishes it.
+
+    The tensors are autograd's own gradients, held as they came (nothing else refers to
+    them once the backward is done, so nothing changes them); ``freed`` was read from the
+    nodes right after the backward, while they existed. The nodes themselves are not held:
+    a retained graph goes when the run lets go of its loss.
+    """
+
+    static: _Static
+    edges: tuple[tuple[int, int], ...]
+    slots: tuple[int, ...]
+    phase: str | None
+    iteration: int | None
+    micro: int
+    cuts: tuple[CutMark, ...]
+    ran: list[_Ran]
+    freed: list[int]
+    error: str | None
+    failed: int | None
 
 
 _Ran = tuple[int, Sequence[torch.Tensor | None], Sequence[torch.Tensor | None]]
@@ -424,7 +467,7 @@ def _read(
     accumulate = _accumulate_grad()
     nodes: list[Node] = []
     probe: list[str | None] = []
-    leaves = []
+    leaves: dict[str, int] = {}
     for i, node in enumerate(live):
         name = type(node).__name__
         kind: Kind = "loss" if i == 0 else "operation"
@@ -433,14 +476,14 @@ def _read(
             if i:
                 kind = "parameter" if param is not None else "input"
             if param is not None:
-                leaves.append(i)
+                leaves[param] = i
             nodes.append(Node(i, name, kind, param, tuple(node.variable.shape)))
             probe.append(None)
             continue
         saved, first = _saved(node, freed)
         nodes.append(Node(i, name, kind, None, shapes[i], saved))
         probe.append(first)
-    return _Static(tuple(nodes), tuple(probe), frozenset(leaves), {})
+    return _Static(tuple(nodes), tuple(probe), frozenset(leaves.values()), {}, leaves)
 
 
 def _walk(
@@ -460,19 +503,21 @@ def _walk(
     """
     root = loss.grad_fn
     if root is None:
-        empty = _Static((), (), frozenset(), {})
-        return _Walk(Graph((), (), root=None, phase=phase, iteration=iteration, micro=micro), [], empty, ())
-    live, edges, slots = _structure(root)
+        return _Walk(_Static((), (), frozenset(), {}, {}), [], (), (), phase, iteration, micro)
+    live, listed, slot_list = _structure(root)
+    edges, slots = tuple(listed), tuple(slot_list)
     accumulate = _accumulate_grad()
     # A parameter's leaf by its name (its shape is the parameter's), any other node by its output shape.
-    shapes = [
-        (params.get(id(n.variable)) or tuple(n.variable.shape)) if type(n) is accumulate else _shape(n)
-        for n in live
-    ]
+    shapes = tuple(
+        [
+            (params.get(id(n.variable)) or tuple(n.variable.shape)) if type(n) is accumulate else _shape(n)
+            for n in live
+        ]
+    )
     static = None
     freed: list[str] = []
     if known is not None:
-        key = (tuple(map(type, live)), tuple(edges), tuple(slots), tuple(shapes))
+        key = (tuple(map(type, live)), edges, slots, shapes)
         static = known.get(key)
     if static is None:
         static = _read(live, params, shapes, freed)
@@ -481,8 +526,7 @@ def _walk(
             if len(known) >= _REMEMBERED:
                 del known[next(iter(known))]
             known[key] = static
-    graph = Graph(static.nodes, tuple(edges), phase=phase, iteration=iteration, micro=micro)
-    return _Walk(graph, live, static, tuple(slots), stale=bool(freed))
+    return _Walk(static, live, edges, slots, phase, iteration, micro, stale=bool(freed))
 
 
 def _cut_marks(walk: _Walk, cuts: Sequence[Cut], places: dict[str, tuple[int, str]]) -> tuple[CutMark, ...]:
@@ -571,6 +615,10 @@ class GraphCapture:
         Gradients of more elements than this keep only their shape (:class:`Uncopied`),
         except what each parameter's ``AccumulateGrad`` adds, which is always copied
         (it is the ledger's figure); ``None`` copies every gradient.
+    lazy:
+        Copy nothing after a backward: only the newest backward's hook results are held,
+        and :meth:`newest` makes its graph when asked (a view that draws one graph a
+        frame asks once a frame, not once an op). ``graphs`` then stays empty.
 
     Attributes
     ----------
@@ -580,19 +628,43 @@ class GraphCapture:
         backward that raised, PyTorch's error.
     """
 
-    def __init__(self, keep: int | None = None, values: int | None = None) -> None:
+    def __init__(self, keep: int | None = None, values: int | None = None, lazy: bool = False) -> None:
         self.keep = keep
+        self.lazy = lazy
         self.graphs: list[Graph] = []
         self._walks: dict[str, _Walk] = {}
         self._params: tuple[Run, dict[int, str]] | None = None
         self._known: dict[Any, _Static] = {}
         self._cut_places: dict[str, tuple[int, str]] = {}
         self.values = values
+        # The newest forward's walk or backward's hook results, with its iteration and slot.
+        self._newest: tuple[int, OpSlot, _Walk | _Raw] | None = None
+        # A parameter's AccumulateGrad node stays the same object from forward to forward while
+        # something holds it: held here, its hook is put on once. By parameter name: (node, handle).
+        self._leaf_hooks: dict[str, tuple[Any, torch.utils.hooks.RemovableHandle]] = {}
+        # Where the leaves' hooks report during a backward: the list, and the walk's ids by name.
+        self._leaf_sink: list[Any] = [None, {}]
+
+    def close(self) -> None:
+        """Remove the hooks the capture keeps on parameters' ``AccumulateGrad`` nodes, and let go of them
+        (the hooks on other nodes go with their graphs)."""
+        for _, handle in self._leaf_hooks.values():
+            handle.remove()
+        self._leaf_hooks.clear()
 
     @property
     def pending(self) -> dict[str, Graph]:
         """By phase: the graph of the latest forward that no backward has walked yet."""
         return {phase: w.graph for phase, w in self._walks.items() if not w.backwards}
+
+    def newest(self) -> tuple[int, OpSlot, Graph] | None:
+        """The graph of the newest forward or backward observed since the last call, made now, with
+        that op's iteration and slot; ``None`` where there was none since."""
+        newest, self._newest = self._newest, None
+        if newest is None:
+            return None
+        iteration, slot, got = newest
+        return iteration, slot, got.graph if isinstance(got, _Walk) else self._finish(got)
 
     def _names(self, run: Run) -> dict[int, str]:
         if self._params is None or self._params[0] is not run:
@@ -603,25 +675,23 @@ class GraphCapture:
         walk = _walk(loss, self._names(run), slot.phase, iteration, slot.micro, self._known)
         cuts = getattr(run.task, "cuts", ())
         if cuts and walk.live:
-            marks = _cut_marks(walk, cuts, self._cut_places)
-            walk.graph = dataclasses.replace(walk.graph, cuts=marks)
+            walk.cuts = _cut_marks(walk, cuts, self._cut_places)
         return walk
 
-    def forward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> Graph:
-        """Walk the graph ``loss`` has just been given; returns it (nothing has run in it yet)."""
+    def forward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> None:
+        """Walk the graph ``loss`` has just been given (:attr:`pending` shows it)."""
         walk = self._walks[slot.phase] = self._walked(run, slot, iteration, loss)
-        return walk.graph
+        self._newest = (iteration, slot, walk)
 
-    @contextlib.contextmanager
-    def backward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> Iterator[None]:
+    def backward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> _Backward:
         """Capture what the ``with`` body's ``loss.backward()`` does in the walked graph.
 
         One post hook per node: it fires right after the node ran, so the hooks'
         order is the execution order, and it sees both the gradients the node
         received and those it sent along each of its edges. The hooks only keep
-        those tensors; they are copied once the backward is done. Holding them
-        is what keeps them unchanged meanwhile: autograd adds into a gradient
-        in place, or hands it over as ``.grad``, only when nothing else refers to it.
+        those tensors; they are copied when the graph is made. Holding them is
+        what keeps them unchanged: autograd adds into a gradient in place, or
+        hands it over as ``.grad``, only when nothing else refers to it.
 
         A second backward through a graph the first one freed raises in PyTorch:
         pre hooks then tell the node it raised in, and the graph is kept with
@@ -630,31 +700,55 @@ class GraphCapture:
         walk = self._walks.get(slot.phase)
         if walk is None or not walk.live or walk.live[0] is not loss.grad_fn:
             walk = self._walks[slot.phase] = self._walked(run, slot, iteration, loss)
-        ran: list[_Ran] = []
-        started: list[int] = []
         if not walk.hooked:
             walk.hooked = True
-            for i, node in enumerate(walk.live):
-                node.register_hook(functools.partial(_ran, i, walk.sink))
+            self._hook(walk)
+        ran: list[_Ran] = []
+        started: list[int] = []
         gone = list(enumerate(walk.live)) if walk.stale else self._freed_now(walk) if walk.backwards else []
         handles = [node.register_prehook(functools.partial(_start, i, started)) for i, node in gone]
-        walk.sink[0] = ran
-        error = None
-        try:
-            yield
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            raise
-        finally:
-            walk.sink[0] = None
-            for h in handles:
-                h.remove()
-            walk.backwards += 1
-            failed = next((i for i in started if i not in {r[0] for r in ran}), None) if error else None
-            self._finish(walk, ran, error, failed)
-            if slot.again == run.loop.backwards - 1:
-                # The run lets go of the loss now; so does the capture, lest it keep a retained graph.
-                del self._walks[slot.phase]
+        walk.sink[0] = self._leaf_sink[0] = ran
+        self._leaf_sink[1] = walk.static.params
+        last = slot.again == run.loop.backwards - 1
+        return _Backward(self, walk, (iteration, slot), last, ran, started, handles)
+
+    def _done(self, b: _Backward, error: str | None) -> None:
+        """The end of the backward ``b`` captured: its hook results kept (or its graph made)."""
+        walk, ran = b.walk, b.ran
+        walk.sink[0] = self._leaf_sink[0] = None
+        for h in b.handles:
+            h.remove()
+        walk.backwards += 1
+        failed = next((i for i in b.started if i not in {r[0] for r in ran}), None) if error else None
+        freed = self._freed_by(walk, ran, error)
+        raw = _Raw(
+            walk.static, walk.edges, walk.slots, walk.phase, walk.iteration, walk.micro, walk.cuts,
+            ran, freed, error, failed,
+        )  # fmt: skip
+        self._newest = (*b.op, raw)
+        if not self.lazy:
+            self.graphs.append(self._finish(raw))
+            if self.keep is not None and len(self.graphs) > self.keep:
+                del self.graphs[: len(self.graphs) - self.keep]
+        if b.last:
+            # The run lets go of the loss now; so does the capture, lest it keep a retained graph.
+            del self._walks[b.op[1].phase]
+
+    def _hook(self, walk: _Walk) -> None:
+        """One post hook on each node of ``walk``: a parameter's leaf keeps the one it has."""
+        static = walk.static
+        leaves, nodes, held = static.leaves, static.nodes, self._leaf_hooks
+        for i, node in enumerate(walk.live):
+            if i not in leaves:
+                node.register_hook(functools.partial(_ran, i, walk.sink))
+                continue
+            name = nodes[i].param
+            assert name is not None  # a parameter's leaf
+            kept = held.get(name)
+            if kept is None or kept[0] is not node:
+                if kept is not None:
+                    kept[1].remove()
+                held[name] = (node, node.register_hook(functools.partial(_ran_leaf, name, self._leaf_sink)))
 
     @staticmethod
     def _freed_now(walk: _Walk) -> list[tuple[int, Any]]:
@@ -664,18 +758,22 @@ class GraphCapture:
             return []
         return list(enumerate(walk.live))
 
-    def _finish(self, walk: _Walk, ran: list[_Ran], error: str | None, failed: int | None) -> None:
-        g = walk.graph
-        static = walk.static
-        probes = static.probe
+    @staticmethod
+    def _freed_by(walk: _Walk, ran: list[_Ran], error: str | None) -> list[int]:
+        """The nodes whose saved tensors are freed now that the backward is done."""
+        probes = walk.static.probe
         if error is None:
             # A backward without retain_graph frees the saved tensors of every node it runs: reading
             # one of them back (PyTorch raises once it is freed) tells for all of them.
             probe = next(((i, a) for i, _, _ in ran if (a := probes[i]) is not None), None)
             gone = probe is not None and _freed(walk.live[probe[0]], probe[1])
-            freed = [i for i, _, _ in ran] if gone else []
-        else:  # each node read back: an earlier backward freed what it ran, this one what it reached
-            freed = [i for i, attr in enumerate(probes) if attr is not None and _freed(walk.live[i], attr)]
+            return [i for i, _, _ in ran] if gone else []
+        # Each node read back: an earlier backward freed what it ran, this one what it reached.
+        return [i for i, attr in enumerate(probes) if attr is not None and _freed(walk.live[i], attr)]
+
+    def _finish(self, raw: _Raw) -> Graph:
+        """The graph of a backward from its hook results: the gradients copied, the freed marked."""
+        ran, static = raw.ran, raw.static
         # Copied: what went along each edge, and what each parameter leaf received (the ledger's
         # figure); what an inner node received is the sum of its edges' and is not kept again.
         copied = _Copies(self.values)
@@ -687,7 +785,7 @@ class GraphCapture:
         sent = copied.take(
             [
                 grads[slot] if (grads := out.get(a)) is not None and slot < len(grads) else None
-                for (a, _), slot in zip(g.edges, walk.slots, strict=True)
+                for (a, _), slot in zip(raw.edges, raw.slots, strict=True)
             ],
             False,
         )
@@ -695,23 +793,40 @@ class GraphCapture:
         received, at = {}, 0
         for i, outputs in got:  # the filled copies, leaf by leaf
             received[i], at = tuple(flat[at : at + len(outputs)]), at + len(outputs)
-        graph = Graph(
-            static.nodes_freed(freed),
-            g.edges,
+        return Graph(
+            static.nodes_freed(raw.freed),
+            raw.edges,
             tuple(i for i, _, _ in ran),
-            g.root,
+            0 if static.nodes else None,
             received,
             tuple(sent),
-            g.phase,
-            g.iteration,
-            g.micro,
-            error,
-            failed,
-            g.cuts,
+            raw.phase,
+            raw.iteration,
+            raw.micro,
+            raw.error,
+            raw.failed,
+            raw.cuts,
         )
-        self.graphs.append(graph)
-        if self.keep is not None and len(self.graphs) > self.keep:
-            del self.graphs[: len(self.graphs) - self.keep]
+
+
+class _Backward(NamedTuple):
+    """One captured ``backward()``: the context :meth:`GraphCapture.backward` returns (a plain
+    class, as a generator's context costs more than the rest of what a small model's op adds)."""
+
+    capture: GraphCapture
+    walk: _Walk
+    op: tuple[int, OpSlot]  # iteration, slot
+    last: bool  # the run's last backward through this loss
+    ran: list[_Ran]
+    started: list[int]
+    handles: list[Any]
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        error = f"{kind.__name__}: {exc}" if kind is not None and issubclass(kind, Exception) else None
+        self.capture._done(self, error)
 
 
 def _ran(
@@ -723,6 +838,17 @@ def _ran(
     ran = sink[0]
     if ran is not None:
         ran.append((i, grad_outputs, grad_inputs))
+
+
+def _ran_leaf(
+    name: str,
+    sink: list[Any],
+    grad_inputs: Sequence[torch.Tensor | None],
+    grad_outputs: Sequence[torch.Tensor | None],
+) -> None:
+    ran = sink[0]
+    if ran is not None:
+        ran.append((sink[1][name], grad_outputs, grad_inputs))
 
 
 def _start(i: int, started: list[int], grad_outputs: Sequence[torch.Tensor | None]) -> None:
@@ -858,20 +984,22 @@ def capture_graph(scenario: Scenario, run: str | None = None, iteration: int = 0
     return capture.graphs[backward - 1]
 
 
-def replay_graph(lab: Lab, run: str, tick: int) -> Graph:
-    """The graph the ``backward()`` that ``run`` performed at ``tick`` walked, walked again.
+def replay_graph(lab: Lab, run: str, tick: int, values: int | None = None) -> Graph:
+    """The graph of the forward or backward ``run`` performed at ``tick``, walked again: a forward's
+    as it built it (before its backward), a backward's with what flowed in it.
 
     A fresh copy of the run starts from the lab's keyframe at or before that iteration and
     performs the same ops (the same batches and arithmetic) up to ``tick``, its graphs observed
-    from the iteration's first op: what a view shown only after the backward raised draws. The
-    cost is at most the lab's keyframe interval in iterations (one in a small model's lab),
-    wherever the tick lies. A lab that kept no keyframe there (streaming) is replayed from the
-    scenario's start, as ``gradviz graph`` does.
+    from the iteration's first op: what a view draws for a moment whose graph the window no
+    longer keeps, or never captured. The cost is at most the lab's keyframe interval in
+    iterations (one in a small model's lab), wherever the tick lies. A lab that kept no keyframe
+    (``bare``) is replayed from the scenario's start, as ``gradviz graph`` does. ``values`` is
+    :class:`GraphCapture`'s: a view passes its own, and gets the graph its capture would have made.
 
     Raises
     ------
     UserError
-        Where the run has no backward at ``tick``, or it stopped before reaching it.
+        Where the run has no forward or backward at ``tick``, or it stopped before it.
     """
     from gradviz.engine.run import Run
 
@@ -879,17 +1007,15 @@ def replay_graph(lab: Lab, run: str, tick: int) -> Graph:
     tpi = lab.ticks_per_iteration
     iteration = tick // tpi
     slot = lab.schedule[tick % tpi][r]
-    if slot is None or slot.op != "backward":
-        raise UserError(f"Run {quoted(run)} performed no backward() at tick {tick:,}.")
-    ops = lab.run(run).program.ops
-    number = sum(1 for s in ops[: ops.index(slot) + 1] if s.op == "backward")
+    if slot is None or slot.op not in ("forward", "backward"):
+        raise UserError(f"Run {quoted(run)} performed no forward or backward() at tick {tick:,}.")
     history = lab.history[run]
-    if lab.streaming or lab.mode == "bare" or not history.keyframes:
-        return capture_graph(lab.scenario, run, iteration, number)
-    first = history.keyframe_before(iteration)
     copy = Run(lab.scenario.runs[r], lab.scenario, lab.device)
-    copy.restore(*history.keyframe(first))
-    capture = GraphCapture()
+    first = 0
+    if lab.mode != "bare" and history.keyframes:
+        first = history.keyframe_before(iteration)
+        copy.restore(*history.keyframe(first))
+    capture = GraphCapture(values=values, lazy=True)
     for t in range(first * tpi, tick + 1):
         op = lab.schedule[t % tpi][r]
         if op is None or not copy.active:
@@ -897,11 +1023,12 @@ def replay_graph(lab: Lab, run: str, tick: int) -> Graph:
         if t // tpi == iteration:
             copy.graph_observer = capture
         copy.execute(op, t // tpi, t, "replay")
-    if len(capture.graphs) < number:
+    got = capture.newest()
+    if got is None or got[1] is not slot or got[0] != iteration:
         raise UserError(
-            f"Run {quoted(run)} stopped before tick {tick:,}'s backward(), so its graph was never built."
+            f"Run {quoted(run)} stopped before tick {tick:,}'s {slot.op}, so its graph was never built."
         )
-    return capture.graphs[number - 1]
+    return got[2]
 
 
 def render(graph: Graph, suffix: str, **header: Any) -> bytes:

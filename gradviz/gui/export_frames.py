@@ -144,7 +144,7 @@ class ExportJob:
             yield from renderer.open()
             shots = yield from self._plan()
             yield from renderer.prepare(sorted({s.tick for s in shots}))
-            shots = self._within_backwards(shots)
+            shots = yield from self._within_backwards(shots)
             if not self.preview_only:
                 self.writer = self._open_writer()
             self.phase = "render"
@@ -204,7 +204,7 @@ class ExportJob:
         self.shots = shots
         return shots
 
-    def _within_backwards(self, shots: list[Shot]) -> list[Shot]:
+    def _within_backwards(self, shots: list[Shot]) -> Generator[None, None, list[Shot]]:
         """Frames within each backward the graph view shows, in PyTorch's order: one per node ran,
         at most ``BACKWARD_FRAMES``, before the frame of the whole traversal (not in a lesson)."""
         graph = self.renderer.frame.shown_views().get("graph")
@@ -213,7 +213,10 @@ class ExportJob:
         moment = self.renderer.moment()
         out = []
         for shot in shots:
-            ran = graph.backward_length(replace(moment, tick=shot.tick))  # type: ignore[attr-defined]
+            at = replace(moment, tick=shot.tick)
+            while graph.wants_graph(at):  # type: ignore[attr-defined]  # one the window no longer keeps
+                yield
+            ran = graph.backward_length(at)  # type: ignore[attr-defined]
             parts = min(ran, BACKWARD_FRAMES)
             out += [replace(shot, hold=1, part=(k, parts)) for k in range(1, parts)]
             out.append(shot)

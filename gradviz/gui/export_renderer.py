@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PySide6.QtCore import QEvent
@@ -160,6 +160,7 @@ class FrameRenderer:
         self.controller.plane_ready.connect(self._on_plane)
         self.controller.plane_failed.connect(self._on_plane_failed)
         self.controller.revealed.connect(self._on_revealed)
+        self.controller.graph_replayed.connect(self._on_graph_replayed)
         self.controller.capture_graphs("graph" in style.views)
         self._plane_error = ""
         self._plane: PlaneSurface | None = None
@@ -241,7 +242,15 @@ class FrameRenderer:
         frame = ExportFrame(style)
         frame.resize(*style.size)
         frame.set_lab(self.info)
+        graph = frame.views.get("graph")
+        if graph is not None:  # the window keeps the graphs of its last ops only: the lab walks the others
+            graph.on_replay_request(self.controller.request_graph)
         return frame
+
+    def _on_graph_replayed(self, got: tuple[str, int, Any]) -> None:
+        graph = self.frame.views.get("graph")
+        if graph is not None:
+            graph.set_replayed(*got)
 
     def _discard(self, frame: ExportFrame) -> None:
         frame.close()
@@ -418,6 +427,10 @@ class FrameRenderer:
         assert history is not None
         # A large model keeps full records for few ops: the lab thread rebuilds the others.
         while history.missing(c.cursor) and not self._errors:
+            yield
+        # And the lab walks again a graph the window keeps no longer.
+        graph: Any = self.frame.shown_views().get("graph")
+        while graph is not None and graph.wants_graph(self.moment()) and not self._errors:
             yield
 
     def render(self, card: str = "", caption: str | None = None, reads: Iterable[str] = ()) -> np.ndarray:

@@ -268,9 +268,10 @@ class PlaneSurface:
 
 T = TypeVar("T")
 
-# Captured autograd graphs the window keeps per run: those of the recent ops only (a graph holds
-# the values on every edge; the graph view draws the newest, and the lab keeps none to rebuild).
-GRAPHS_KEPT = 2_000
+# Captured autograd graphs the window keeps per run: those of its last few ops only (a graph holds
+# the values on every edge, and each parameter's whole gradient); stepping back a few ops draws them
+# at once, and the graph view has the lab walk any other again from its keyframe.
+GRAPHS_KEPT = 16
 # Records rebuilt by the lab for a moment gone back to, kept while the cursor stays near them.
 FETCHED_KEPT = 64
 
@@ -608,15 +609,14 @@ class Moment:
         return None
 
     def graph(self, run: str) -> tuple[Any, int]:
-        """The run's newest captured autograd graph at or before this moment, and the tick of its op
-        (``(None, -1)`` when none was captured since the last forward)."""
+        """The autograd graph of the run's newest forward or backward at or before this moment, and
+        the tick of that op: ``(None, tick)`` where the window keeps no graph of it (not captured,
+        or no longer kept), ``(None, -1)`` before the run's first forward."""
         rt = self.history.runs[run]
         i = rt.index_at(self.tick)
         while i >= 0:
-            if rt.graphs[i] is not None:
+            if rt.ops[i] in ("forward", "backward"):
                 return rt.graphs[i], rt.ticks[i]
-            if rt.ops[i] == "forward":
-                return None, -1
             i -= 1
         return None, -1
 

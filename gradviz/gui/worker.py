@@ -341,25 +341,25 @@ class LabWorker(QObject):
         self.capturing = on
         self._graphs.clear()
         for run in self.lab.runs if self.lab is not None else ():
-            run.graph_observer = GraphCapture(keep=1, values=VIEW_VALUES) if on else None
+            if run.graph_observer is not None:
+                run.graph_observer.close()  # its hooks go with it
+            run.graph_observer = GraphCapture(values=VIEW_VALUES, lazy=True) if on else None
 
-    def _keep_graphs(self) -> None:
-        """Take the graph of each run's op just performed from its observer (plain data, no tensors)."""
+    def _keep_graphs(self, since: int) -> None:
+        """Make the graph of each run's newest forward or backward since the last call (plain data, no
+        tensors) and keep it with that op's tick, where it lies at or after tick ``since`` (this
+        request's ops); the graphs of the ops before it are not made."""
         lab = self.lab
         assert lab is not None
-        tick = lab.tick - 1
+        tpi = lab.ticks_per_iteration
         for r, run in enumerate(lab.runs):
             capture = run.graph_observer
-            slot = lab.schedule[tick % lab.ticks_per_iteration][r]
-            if capture is None or slot is None:
+            got = capture.newest() if capture is not None else None
+            if got is None:
                 continue
-            if slot.op == "forward":
-                graph = capture.pending.get(slot.phase)
-            elif slot.op == "backward" and capture.graphs:
-                graph = capture.graphs.pop()
-            else:
-                continue
-            if graph is not None:
+            iteration, slot, graph = got
+            tick = next(t for t in range(tpi) if lab.schedule[t][r] is slot) + iteration * tpi
+            if tick >= since:
                 self._graphs[(run.name, tick)] = graph
 
     # ---------------------------------------------------------------- step
@@ -377,11 +377,16 @@ class LabWorker(QObject):
         # The scenario's iterations are as far as a lab goes.
         end = lab.scenario.iterations * lab.ticks_per_iteration
         deadline = time.perf_counter() + budget
+        # One op at a time, or up to a tick (an iteration, an export's ops): each op's graph is made;
+        # at full-speed Play (a budget) only each run's newest, once the ops are done: it is all a
+        # frame draws, and the graph view has the lab walk again any other it comes to show.
+        every = self.capturing and budget <= 0
+        since = lab.tick
         try:
             while not lab.stopped and lab.tick < end:
                 lab.step(end)
-                if self.capturing:
-                    self._keep_graphs()
+                if every:
+                    self._keep_graphs(since)
                 distance.append((lab.tick - 1, self._distances()))
                 if 0 <= until_tick < lab.tick:
                     break
@@ -389,6 +394,8 @@ class LabWorker(QObject):
                     break
                 if budget <= 0 and until_tick < 0:
                     break
+            if self.capturing and not every:
+                self._keep_graphs(since)
             result = self._result(distance)
         except Exception as exc:
             self.failed.emit(f"The op failed inside gradviz ({type(exc).__name__}: {exc}).", generation)
@@ -445,7 +452,7 @@ class LabWorker(QObject):
             return
         self.lab.seek(-1)
         self._known = {r.name: 0 for r in self.lab.runs}
-        self._graphs.clear()
+        self.capture_graphs(self.capturing)  # fresh captures: nothing seen before the reset is kept
         self.was_reset.emit(generation)
 
     # --------------------------------------------------------------- fetch
@@ -488,9 +495,9 @@ class LabWorker(QObject):
     # --------------------------------------------------------- graph replay
     @Slot(object, int)
     def replay_graph(self, request: Any, generation: int) -> None:
-        """Walk again the graph of the backward ``request = (run, tick)`` performed, on a copy of the
-        run (:func:`~gradviz.engine.graph.replay_graph`); answers ``(run, tick, graph or None)``."""
-        from gradviz.engine.graph import replay_graph
+        """Walk again the graph of the forward or backward ``request = (run, tick)`` performed, on a copy
+        of the run (:func:`~gradviz.engine.graph.replay_graph`); answers ``(run, tick, graph or None)``."""
+        from gradviz.engine.graph import VIEW_VALUES, replay_graph
 
         lab = self.lab
         if lab is None or generation != self.generation:
@@ -499,7 +506,7 @@ class LabWorker(QObject):
         graph = None
         if tick < lab.tick:  # not forgotten by a reset since it was asked for
             try:
-                graph = replay_graph(lab, run, tick)
+                graph = replay_graph(lab, run, tick, VIEW_VALUES)  # as the view's capture makes it
             except Exception:
                 graph = None  # the view then says what the records tell
         self.graph_replayed.emit((run, tick, graph), generation)

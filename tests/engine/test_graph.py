@@ -42,7 +42,8 @@ class Checked(GraphCapture):
         self.fresh: list[tuple[Any, Any]] = []
 
     def forward(self, run: Run, slot: OpSlot, iteration: int, loss: torch.Tensor) -> None:
-        got = super().forward(run, slot, iteration, loss)
+        super().forward(run, slot, iteration, loss)
+        got = self.pending[slot.phase]
         # What the capture remembered of an earlier graph like this one, against this one read afresh.
         self.fresh.append((got.nodes, graph_of(loss, run_params(run)).nodes))
         nodes, names, edges = independent_walk(loss)
@@ -365,7 +366,8 @@ def test_a_capture_begun_after_the_graph_was_freed_reads_the_next_graph_afresh()
         layer.bias.copy_(params["bias"])
     x = torch.randn(5, 3, requires_grad=True)
     again = torch.nn.functional.mse_loss(torch.tanh(layer(x)), torch.zeros(5, 2))
-    fresh = capture.forward(_fake_run({"weight": layer.weight, "bias": layer.bias}), SLOT, 1, again)
+    capture.forward(_fake_run({"weight": layer.weight, "bias": layer.bias}), SLOT, 1, again)
+    fresh = capture.pending[SLOT.phase]
     assert [n.name for n in fresh.nodes] == [n.name for n in failed.nodes]
     saved = [s for n in fresh.nodes for s in n.saved]
     assert saved and not any(s.freed for s in saved)
@@ -417,5 +419,5 @@ def test_a_backward_that_raised_walked_again_names_the_node_pytorch_raised_in():
     assert rec.error and rec.slot.op == "backward"
     again = replay_graph(lab, "keep", rec.tick)
     assert again.error == rec.error and again.failed is not None
-    with pytest.raises(UserError, match="no backward"):
+    with pytest.raises(UserError, match="no forward or backward"):
         replay_graph(lab, "keep", 0)  # its zero_grad

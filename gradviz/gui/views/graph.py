@@ -68,8 +68,10 @@ CHAINED_TO_FIT = (
 )
 TOO_LARGE = "Too large to read whole here: scroll for the rest."
 COMPACT_NODES = 60
-# A backward that raised while the view was closed is walked again on the lab's thread meanwhile.
+# A graph the window does not keep (a backward that raised while the view was closed, a moment
+# scrubbed back to, ops run before the view opened) is walked again on the lab's thread meanwhile.
 FINDING = "Finding where backward() raised…"
+REBUILDING = "Walking the graph again…"
 MEMO_LIMIT = 4000  # text widths and layouts a view remembers
 
 
@@ -474,30 +476,15 @@ class GraphView(QWidget):
         if self.info is None or run is None:
             return
         graph, tick = moment.graph(run)
-        raised = moment.record(run)
-        finding = None
-        if (
-            raised is not None
-            and raised.error
-            and raised.slot.op == "backward"
-            and (graph is None or tick < raised.tick)
-            and self.info is not None
-        ):
-            # The view was closed when the run raised: the graph it raised in, walked again.
-            key = (id(self.info), raised.run, raised.tick)
-            if key in self._replays:
-                replayed = self._replays[key]
-                if replayed is not None:
-                    graph, tick = replayed, raised.tick
-            elif self._ask is not None:
-                finding = key
-        if finding is not None:
-            self.shown = Shown(None, moment.tick, 0, False, FINDING)
-            self._render()
-            if self._asked != finding:
-                self._asked = finding
-                self._ask(finding[1], finding[2])  # type: ignore[misc]  # set, as finding is
-            return
+        if graph is None and tick >= 0:
+            # The window keeps no graph of that op: the lab walks it again.
+            if self.wants_graph(moment):
+                raised = moment.record(run)
+                failed = raised is not None and raised.error and raised.tick == tick
+                self.shown = Shown(None, moment.tick, 0, False, FINDING if failed else REBUILDING)
+                self._render()
+                return
+            graph = self._replays.get((id(self.info), run, tick))
         ran = 0
         freed = False
         if graph is not None:
@@ -519,12 +506,29 @@ class GraphView(QWidget):
         self._render()
 
     def on_replay_request(self, ask: Callable[[str, int], None]) -> None:
-        """Call ``ask(run, tick)`` for the graph of a backward that raised while the view was closed;
-        the answer comes back through :meth:`set_replayed`. Without it such a graph is not drawn."""
+        """Call ``ask(run, tick)`` for the graph of a forward or backward the window does not keep
+        (captured while the view was closed, or no longer kept); the answer comes back through
+        :meth:`set_replayed`. Without it such a graph is not drawn."""
         self._ask = ask
 
+    def wants_graph(self, moment: Moment) -> bool:
+        """Whether the graph ``moment`` shows is still on its way from the lab: asked for (once) where
+        the window keeps none and none was walked again yet (an export waits for it)."""
+        run = self.run_name
+        if self.info is None or run is None or self._ask is None:
+            return False
+        graph, tick = moment.graph(run)
+        key = (id(self.info), run, tick)
+        if graph is not None or tick < 0 or key in self._replays:
+            return False
+        if self._asked != key:
+            self._asked = key
+            self._moment = moment  # what an answer given at once redraws
+            self._ask(run, tick)
+        return key not in self._replays
+
     def set_replayed(self, run: str, tick: int, graph: Graph | None) -> None:
-        """The graph of ``run``'s backward at ``tick``, walked again (None where it could not be)."""
+        """The graph of ``run``'s forward or backward at ``tick``, walked again (None: it could not be)."""
         if self.info is None:
             return
         key = (id(self.info), run, tick)
@@ -539,6 +543,8 @@ class GraphView(QWidget):
         if self.run_name is None:
             return 0
         graph, tick = moment.graph(self.run_name)
+        if graph is None:
+            graph = self._replays.get((id(self.info), self.run_name, tick))
         return len(graph.order) if graph is not None and tick == moment.tick else 0
 
     def show_part(self, part: tuple[int, int] | None) -> None:
