@@ -40,9 +40,10 @@ def window(qtbot):
 
 
 def texts(w) -> list[str]:
-    """Every line of text drawn in the graph."""
-    items = [i.text() for i in w.graph.items.visible() if isinstance(i, QGraphicsSimpleTextItem)]
-    return [line for text in items for line in text.split("\n")]
+    """Every line of text drawn in the graph, a title broken on two lines as one."""
+    items = [i for i in w.graph.items.visible() if isinstance(i, QGraphicsSimpleTextItem)]
+    lines = [[i.text().replace("\n", " ")] if i.font().bold() else i.text().split("\n") for i in items]
+    return [line for text in lines for line in text]
 
 
 def step(w, ops: int) -> None:
@@ -314,7 +315,7 @@ def test_one_box_per_layer_holds_each_module_s_nodes(window, run, layers, tanhs)
 
 
 def test_one_box_per_layer_draws_a_recurrent_layer_as_its_chain_of_time_steps(window):
-    from gradviz.gui.views.graph import collapse
+    from gradviz.gui.views.graph import chunk_title, collapse
 
     w = window("rnn-tbptt")
     w.graph.grouped.setChecked(True)
@@ -337,12 +338,14 @@ def test_one_box_per_layer_draws_a_recurrent_layer_as_its_chain_of_time_steps(wi
     assert {graph.nodes[i].param for i in members[shared.id]} == {"rnn.weight_hh_l0", "rnn.bias_hh_l0"}
     corners = layered(len(boxes.nodes), boxes.edges, [40.0] * len(names), [20.0] * len(names))
     assert all(corners[a][1] < corners[b][1] for a, b in boxes.edges)
-    assert any(t.endswith("rnn step 1") for t in texts(w))
-    # Halfway through the backward, the sentence names the node PyTorch ran and the box it is in.
+    # The window's column draws the steps as their chunk, in one box, at a larger type than step by step.
+    assert any(t.endswith(chunk_title(1, steps)) for t in texts(w))
+    # Halfway through the backward, the sentence names the node PyTorch ran and the box it is drawn in.
     w.graph.show_part((1, 2))
     w.graph.draw(w.controller.moment())
     node = graph.nodes[graph.order[w.graph.shown.ran - 1]]
-    box = next(b.name for b in boxes.nodes if node.id in members[b.id])
+    chunks, _, inside = collapse(graph, len(graph.order), chains=True)
+    box = next(b.name for b in chunks.nodes if node.id in inside[b.id] and len(inside[b.id]) > 1)
     assert w.graph.part_sentence().endswith(f" to {node.name} (in {box}).")
 
 
