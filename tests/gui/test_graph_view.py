@@ -511,7 +511,7 @@ def test_the_window_s_default_layout_shows_a_chain_s_graph_whole_and_readable(wi
 
 @pytest.mark.parametrize(("scenario", "ops"), [("gan-detach", 3), ("gan-detach", 4), ("rnn-tbptt", 3)])
 def test_the_window_s_graph_column_holds_a_gan_s_and_an_rnn_s_graph_whole(window, scenario, ops):
-    from gradviz.gui.views.graph import MIN_POINTS, SMALL_TYPE
+    from gradviz.gui.views.graph import MIN_POINTS, SMALL_TYPE, chunk_title, collapse
 
     w = window(scenario)
     step(w, ops)  # after the backward (and after the step)
@@ -523,11 +523,14 @@ def test_the_window_s_graph_column_holds_a_gan_s_and_an_rnn_s_graph_whole(window
     assert view.points * SMALL_TYPE * view.canvas.transform().m11() >= MIN_POINTS - 1e-9
     drawn = texts(w)
     if scenario == "rnn-tbptt":
-        # The chain in one box that says its length: the tanh of each step a plain walk finds.
+        # The chunk in one box that says its length: the tanh of each step a plain walk finds.
         _, loss = live_loss("rnn-tbptt", "detach", 1)
         steps = sum(type(n).__name__ == "TanhBackward0" for n in independent_walk(loss)[0])
-        assert any(t.endswith(f"rnn, {steps} time steps") for t in drawn)
-        assert f"{steps}× TanhBackward0" in " ".join(drawn)
+        assert any(t.endswith(chunk_title(1, steps)) for t in drawn)
+        # And how many of the chunk's nodes the backward walked: every one of the captured graph's.
+        chunks, _, inside = collapse(view.shown.graph, len(view.shown.graph.order), chains=True)
+        chunk = next(n.id for n in chunks.nodes if n.name == chunk_title(1, steps))
+        assert f"{len(inside[chunk])} nodes walked" in " ".join(drawn)
     else:
         # Every generator layer's box is drawn, its leaves named.
         assert {t.split()[-1] for t in drawn if t.split()[-1] in ("G.0", "G.2", "D.0", "D.2")} == {

@@ -926,11 +926,15 @@ class GraphView(QWidget):
                 lines[1] = " · ".join(f"{names.count(k)}× {k}" if names.count(k) > 1 else k for k in kinds)
                 if leaves and not (node.id in lit and all(p in ledger for p in leaves)):
                     # Once the backward ran, each leaf is named by its addition into .grad.
-                    named = "leaves: " + ", ".join(str(p).rsplit(".", 1)[-1] for p in leaves)
+                    short = [str(p).rsplit(".", 1)[-1] for p in leaves]
+                    # Two names a line: a layer's weight and bias together, a recurrent layer's four on two.
+                    named = [", ".join(short[k : k + 2]) for k in range(0, len(short), 2)]
+                    named[0] = f"leaves: {named[0]}"
                     if one_line:
-                        lines[1] = " · ".join(t for t in (lines[1], named) if t)
+                        lines[1] = " · ".join(t for t in (lines[1], named[0]) if t)
+                        lines += named[1:]
                     else:
-                        lines.append(named)
+                        lines += named
             if node.id == graph.failed:
                 lines.append("backward() raised here: saved tensors freed")
             if node.id in lit:
