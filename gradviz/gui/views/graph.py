@@ -15,7 +15,7 @@ loss by longest path, order in each layer by the mean position of the parents.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, QTimer, Signal
@@ -1098,11 +1098,14 @@ class Arranged:
     advance: Callable[[str, bool], float]  # a text's width, as a title (True) or a detail
     # Boxes drawn freed (a chunk an earlier backward freed), whatever the graph's own state.
     dim: frozenset[int] = frozenset()
+    # Edge index -> the x of the lane it goes down, right of the boxes it would otherwise run behind.
+    lanes: dict[int, float] = field(default_factory=dict)
 
     @property
     def size(self) -> tuple[float, float]:
         """The scene's width and height, a margin around the boxes."""
         right = max((x + w for (x, _), w in zip(self.corners, self.widths, strict=True)), default=0.0)
+        right = max([right, *(x + 4 for x in self.lanes.values())])
         bottom = max((y + h for (_, y), h in zip(self.corners, self.heights, strict=True)), default=0.0)
         return right + 16, bottom + 16
 
@@ -1172,7 +1175,42 @@ def arrange_graph(
         for old in layouts[: max(0, len(layouts) - 3)]:
             del memo[old]
         corners = memo[arranged] = layered(len(boxes), arranged[1], widths, heights, gap_y, gap_x)
-    return Arranged(shown, boxes, labels, widths, heights, corners, cut_edges, pad, gap_y, advance, dim)
+    lanes = _detours(graph.edges, corners, widths, heights, gap_x)
+    laid = (widths, heights, corners, cut_edges, pad, gap_y, advance)
+    return Arranged(shown, boxes, labels, *laid, dim, lanes)
+
+
+def _detours(
+    edges: Sequence[tuple[int, int]],
+    corners: Sequence[tuple[float, float]],
+    widths: Sequence[float],
+    heights: Sequence[float],
+    gap_x: float,
+) -> dict[int, float]:
+    """For each edge whose straight way down would run behind a box of a row between its ends (a
+    layer's parameters, shared by boxes chained above them): the x of a lane right of those boxes."""
+    rows: dict[float, list[int]] = {}
+    for i, (_, y) in enumerate(corners):
+        rows.setdefault(y, []).append(i)
+    tops = sorted(rows)
+    lanes: dict[int, float] = {}
+    taken: dict[float, int] = {}
+    for k, (a, b) in enumerate(edges):
+        (xa, ya), (xb, yb) = corners[a], corners[b]
+        bottom = ya + heights[a]
+        between = [y for y in tops if bottom < y < yb]
+        if not between:
+            continue
+        sx, ex = xa + widths[a] / 2, xb + widths[b] / 2
+        hit = []
+        for y in between:
+            x = sx + (ex - sx) * (y - bottom) / (yb - bottom)  # where the straight way crosses the row
+            hit += [i for i in rows[y] if corners[i][0] - 2 <= x <= corners[i][0] + widths[i] + 2]
+        if hit:
+            right = max(corners[i][0] + widths[i] for i in hit) + gap_x
+            n = taken[right] = taken.get(right, -1) + 1
+            lanes[k] = right + n * gap_x
+    return lanes
 
 
 def paint_graph(
@@ -1213,8 +1251,17 @@ def paint_graph(
         flowed = a in lit and not faded
         path = paths[flowed]
         mid = (sy + ey) / 2
-        path.moveTo(sx, sy)
-        path.cubicTo(sx, mid, ex, mid, ex, ey)
+        lane = arranged.lanes.get(k)
+        if lane is None:
+            path.moveTo(sx, sy)
+            path.cubicTo(sx, mid, ex, mid, ex, ey)
+        else:  # out of the box's right side, down its lane, into the top of the box it feeds
+            sx, sy = xa + widths[a], ya + heights[a] / 2
+            ex = min(xb + widths[b] * 0.85, lane - 6)
+            path.moveTo(sx, sy)
+            path.cubicTo(lane, sy, lane, sy, lane, sy + gap_y)
+            path.lineTo(lane, ey - gap_y)
+            path.cubicTo(lane, ey - gap_y / 3, ex, ey - gap_y / 2, ex, ey)
         path.moveTo(ex - 4, ey - 7)
         path.lineTo(ex, ey)
         path.lineTo(ex + 4, ey - 7)
