@@ -84,8 +84,10 @@ def dot_layout(graph: Graph) -> None:
 
 def view_draw(graph: Graph) -> Callable[[], object]:
     """The graph view's layout and draw of ``graph`` (traversal done, every edge labelled), painted
-    as the window paints it: fitted whole where it can be, else one box per layer, else at the
-    least readable scale, scrolled to the last node run (a 200-node chain tries all three)."""
+    as the window paints it: each way of drawing it laid out and measured (node by node, one box per
+    layer, each compact), the one that fits at the largest type drawn, or, where none fits at the
+    least readable type, the largest at that type, scrolled to the last node run (a 200-node chain
+    lays out every way)."""
     from PySide6.QtGui import QImage
 
     from gradviz.gui.views.graph import GraphView, Shown

@@ -40,9 +40,10 @@ def window(qtbot):
 
 
 def texts(w) -> list[str]:
-    """Every line of text drawn in the graph."""
-    items = [i.text() for i in w.graph.items.visible() if isinstance(i, QGraphicsSimpleTextItem)]
-    return [line for text in items for line in text.split("\n")]
+    """Every line of text drawn in the graph, a title broken on two lines as one."""
+    items = [i for i in w.graph.items.visible() if isinstance(i, QGraphicsSimpleTextItem)]
+    lines = [[i.text().replace("\n", " ")] if i.font().bold() else i.text().split("\n") for i in items]
+    return [line for text in lines for line in text]
 
 
 def step(w, ops: int) -> None:
@@ -314,7 +315,7 @@ def test_one_box_per_layer_holds_each_module_s_nodes(window, run, layers, tanhs)
 
 
 def test_one_box_per_layer_draws_a_recurrent_layer_as_its_chain_of_time_steps(window):
-    from gradviz.gui.views.graph import collapse
+    from gradviz.gui.views.graph import chunk_title, collapse
 
     w = window("rnn-tbptt")
     w.graph.grouped.setChecked(True)
@@ -337,12 +338,14 @@ def test_one_box_per_layer_draws_a_recurrent_layer_as_its_chain_of_time_steps(wi
     assert {graph.nodes[i].param for i in members[shared.id]} == {"rnn.weight_hh_l0", "rnn.bias_hh_l0"}
     corners = layered(len(boxes.nodes), boxes.edges, [40.0] * len(names), [20.0] * len(names))
     assert all(corners[a][1] < corners[b][1] for a, b in boxes.edges)
-    assert any(t.endswith("rnn step 1") for t in texts(w))
-    # Halfway through the backward, the sentence names the node PyTorch ran and the box it is in.
+    # The window's column draws the steps as their chunk, in one box, at a larger type than step by step.
+    assert any(t.endswith(chunk_title(1, steps)) for t in texts(w))
+    # Halfway through the backward, the sentence names the node PyTorch ran and the box it is drawn in.
     w.graph.show_part((1, 2))
     w.graph.draw(w.controller.moment())
     node = graph.nodes[graph.order[w.graph.shown.ran - 1]]
-    box = next(b.name for b in boxes.nodes if node.id in members[b.id])
+    chunks, _, inside = collapse(graph, len(graph.order), chains=True)
+    box = next(b.name for b in chunks.nodes if node.id in inside[b.id] and len(inside[b.id]) > 1)
     assert w.graph.part_sentence().endswith(f" to {node.name} (in {box}).")
 
 
@@ -508,7 +511,7 @@ def test_the_window_s_default_layout_shows_a_chain_s_graph_whole_and_readable(wi
 
 @pytest.mark.parametrize(("scenario", "ops"), [("gan-detach", 3), ("gan-detach", 4), ("rnn-tbptt", 3)])
 def test_the_window_s_graph_column_holds_a_gan_s_and_an_rnn_s_graph_whole(window, scenario, ops):
-    from gradviz.gui.views.graph import MIN_POINTS, SMALL_TYPE
+    from gradviz.gui.views.graph import MIN_POINTS, SMALL_TYPE, chunk_title, collapse
 
     w = window(scenario)
     step(w, ops)  # after the backward (and after the step)
@@ -520,11 +523,14 @@ def test_the_window_s_graph_column_holds_a_gan_s_and_an_rnn_s_graph_whole(window
     assert view.points * SMALL_TYPE * view.canvas.transform().m11() >= MIN_POINTS - 1e-9
     drawn = texts(w)
     if scenario == "rnn-tbptt":
-        # The chain in one box that says its length: the tanh of each step a plain walk finds.
+        # The chunk in one box that says its length: the tanh of each step a plain walk finds.
         _, loss = live_loss("rnn-tbptt", "detach", 1)
         steps = sum(type(n).__name__ == "TanhBackward0" for n in independent_walk(loss)[0])
-        assert any(t.endswith(f"rnn, {steps} time steps") for t in drawn)
-        assert f"{steps}× TanhBackward0" in " ".join(drawn)
+        assert any(t.endswith(chunk_title(1, steps)) for t in drawn)
+        # And how many of the chunk's nodes the backward walked: every one of the captured graph's.
+        chunks, _, inside = collapse(view.shown.graph, len(view.shown.graph.order), chains=True)
+        chunk = next(n.id for n in chunks.nodes if n.name == chunk_title(1, steps))
+        assert f"{len(inside[chunk])} nodes walked" in " ".join(drawn)
     else:
         # Every generator layer's box is drawn, its leaves named.
         assert {t.split()[-1] for t in drawn if t.split()[-1] in ("G.0", "G.2", "D.0", "D.2")} == {

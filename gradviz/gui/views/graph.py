@@ -15,7 +15,7 @@ loss by longest path, order in each layer by the mean position of the parents.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, QTimer, Signal
@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QGraphicsView,
     QHBoxLayout,
     QLabel,
+    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -38,7 +39,7 @@ from gradviz.gui.narration import addition_text, backward_node_sentence, grad_te
 from gradviz.gui.theme import BASE_POINT_SIZE, LIGHT, Theme, run_color
 
 if TYPE_CHECKING:
-    from gradviz.engine.graph import Graph
+    from gradviz.engine.graph import Graph, SavedTensor
     from gradviz.gui.window_history import LabInfo, Moment
 
 # Node fills by kind (Okabe-Ito hues, light tints so black text stays readable); each kind also
@@ -58,14 +59,11 @@ GAP_X, GAP_Y = 14.0, 26.0
 PAD = 6.0  # inside a box, around its text
 # A graph drawn compact to fit: closer layers and boxes (an edge label still fits a gap).
 COMPACT_GAP_X, COMPACT_GAP_Y, COMPACT_PAD = 8.0, 18.0, 4.0
-COMPACT_GAIN = 0.6  # past this share of the readable scale drawing compact is not tried
 MAX_SCALE = 1.6  # past this the boxes look coarse rather than clearer
 SMALL_TYPE = 0.85  # details and edge labels, against the title's type size
 MIN_POINTS = 7.0  # the least type size (after scaling) the details are drawn at
-GROUPED_TO_FIT = "Drawn one box per layer: node by node it would not fit the view readably."
-CHAINED_TO_FIT = (
-    "Drawn one box per layer, the time steps in one: step by step it would not fit the view readably."
-)
+GROUPED_TO_FIT = "One box per layer, to fit."
+CHAINED_TO_FIT = "One box per chunk of time steps, to fit."
 TOO_LARGE = "Too large to read whole here: scroll for the rest."
 COMPACT_NODES = 60
 # A graph the window does not keep (a backward that raised while the view was closed, a moment
@@ -251,16 +249,19 @@ def _time_steps(
     # The steps of the chain feed one another the same short way (through the step's addition and
     # activation); a use reached only further on (the input's projection) is no step.
     between = min(h for found in reached.values() for h in found.values())
+    anyway = reached
     reached = {u: {v: h for v, h in found.items() if h == between} for u, found in reached.items()}
     chain = {u for u, found in reached.items() if found} | {v for found in reached.values() for v in found}
-    # A step's number: one more than the steps it reaches back into.
+    # A step's number: one more than the steps it reaches back into, the short way or further on (a
+    # chunk's first step reaches the chunk before it through the hidden state handed over).
     below_of: dict[int, set[int]] = {}
 
     def earlier(use: int) -> set[int]:
         if use not in below_of:
             below_of[use] = set()
-            for v in reached[use]:
-                below_of[use] |= {v, *earlier(v)}
+            for v in anyway[use]:
+                if v in chain:
+                    below_of[use] |= {v, *earlier(v)}
         return below_of[use]
 
     for use in chain:
@@ -285,26 +286,99 @@ def _time_steps(
                 group[i] = shared
 
 
+def chunk_title(chunk: int, steps: int, module: str | None = None) -> str:
+    """The title of a box holding one chunk's time steps of a recurrent layer: ``chunk 2 · 8 time steps``."""
+    return f"{module + ' ' if module else ''}chunk {chunk} · {steps} time step{'s' if steps != 1 else ''}"
+
+
+def is_chunk(title: str) -> bool:
+    """Whether ``title`` is a :func:`chunk_title`."""
+    head, _, tail = title.partition(" · ")
+    return head.split(" ")[-2:-1] == ["chunk"] and tail.endswith(("time steps", "time step"))
+
+
+def time_chunks(graph: Graph, group: dict[int, str]) -> dict[int, str]:
+    """``group`` (from :func:`module_groups`) with a recurrent layer's time steps in one box per chunk.
+
+    A chunk is a run of steps that feed one another directly, each taking the hidden state the one
+    before made; a chunk that reaches another through the hidden state handed over (not detached)
+    lies above it. A chunk's box also holds what its steps reach before another chunk's or a leaf
+    (the hand-over of the hidden state, its input's projection); the layer's parameters share one
+    box. Chunks are numbered from the earliest; the latest is the one the graph's forward made (its
+    micro-batch), so a graph cut from the chunks before keeps their numbers.
+    """
+    steps: dict[int, tuple[str, int]] = {}
+    for i, key in group.items():
+        module, _, number = key.rpartition(" step ")
+        if module and number.isdigit():
+            steps[i] = (module, int(number))
+    if not steps:
+        return group
+    # Chunks: the steps joined by edges from one step's box straight into another's.
+    root = {step: step for step in steps.values()}
+
+    def find(step: tuple[str, int]) -> tuple[str, int]:
+        while root[step] != step:
+            root[step] = root[root[step]]
+            step = root[step]
+        return step
+
+    for a, b in graph.edges:
+        if a in steps and b in steps and steps[a][0] == steps[b][0]:
+            root[find(steps[a])] = find(steps[b])
+    chunks: dict[tuple[str, int], list[int]] = {}
+    for step in sorted(set(steps.values())):
+        chunks.setdefault(find(step), []).append(step[1])
+    children: dict[int, list[int]] = {}
+    for a, b in graph.edges:
+        children.setdefault(a, []).append(b)
+    out = dict(group)
+    modules = sorted({m for m, _ in chunks})
+    for module in modules:
+        own = sorted((numbers for (m, _), numbers in chunks.items() if m == module), key=min)
+        offset = max(0, graph.micro + 1 - len(own))
+        named = None if len(modules) == 1 else module
+        for k, numbers in enumerate(own, 1):
+            title = chunk_title(k + offset, len(numbers), named)
+            inside = [i for i, (m, n) in steps.items() if m == module and n in numbers]
+            for i in inside:
+                out[i] = title
+            # Earliest chunk first: what two chunks reach goes to the lower one, so no box feeds one above.
+            frontier = inside
+            while frontier:
+                below = []
+                for i in frontier:
+                    for j in children.get(i, []):
+                        if (
+                            j in steps
+                            or out.get(j, module) != module
+                            or graph.nodes[j].name == "AccumulateGrad"
+                        ):
+                            continue
+                        out[j] = title
+                        below.append(j)
+                frontier = below
+        # Above a chunk, what only gathers its steps' outputs (the layer's output, stacked) is in it too.
+        for node in reversed(graph.nodes):
+            kids = {out.get(j) for j in children.get(node.id, [])}
+            if node.id and node.id not in out and len(kids) == 1 and is_chunk(str(next(iter(kids)))):
+                out[node.id] = str(kids.pop())
+        for node in graph.nodes:
+            if node.param is not None and node.param.startswith(f"{module}."):
+                out[node.id] = f"{module} parameters"
+    return out
+
+
 def collapse(graph: Graph, ran: int, chains: bool = False) -> tuple[Graph, int, dict[int, tuple[int, ...]]]:
     """``graph`` with each module's nodes in one box (with ``chains``, a recurrent layer's time steps
-    too: ``rnn, 8 time steps``); the boxes lit after ``ran`` nodes ran; and the original nodes in
-    each box."""
+    too, one box per chunk: :func:`time_chunks`); the boxes lit after ``ran`` nodes ran; and the
+    original nodes in each box."""
     from gradviz.engine.graph import Graph as GraphType
     from gradviz.engine.graph import Node
 
     group = module_groups(graph)
     if chains:
-        # As many steps as the box holds uses of the module (each step's one AddmmBackward0).
-        uses: dict[str, list[str]] = {}
-        for i, box in group.items():
-            module, _, number = box.rpartition(" step ")
-            if module and number.isdigit():
-                uses.setdefault(module, []).append(graph.nodes[i].name)
-        count = {m: max(names.count(n) for n in set(names)) for m, names in uses.items()}
-        for i, box in group.items():
-            module, _, number = box.rpartition(" step ")
-            if module in count and number.isdigit():
-                group[i] = f"{module}, {count[module]} time steps"
+        group = time_chunks(graph, group)
     new: dict[int, int] = {}
     members: dict[int, list[int]] = {}
     boxes: dict[str, int] = {}
@@ -357,6 +431,31 @@ class Shown:
     note: str
 
 
+@dataclass(frozen=True)
+class Pick:
+    """One way to draw a graph in the canvas: laid out in these fonts, the scale that fits it whole,
+    whether it is drawn one box per layer, and what the note says of it."""
+
+    arranged: Arranged
+    bold: QFont
+    small: QFont
+    fit: float
+    boxed: bool
+    said: str
+    least: float  # the scale of the least readable type
+    members: dict[int, tuple[int, ...]] | None = None  # drawn one box per layer: each box's nodes
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the whole graph is in view at a readable type."""
+        return self.fit >= self.least
+
+    @property
+    def scale(self) -> float:
+        """The view's scale: the whole graph, never blown up past coarse, or the least readable."""
+        return min(MAX_SCALE, self.fit) if self.fitted else self.least
+
+
 class GraphView(QWidget):
     """The autograd graph of one run, synced with the stepper."""
 
@@ -375,6 +474,8 @@ class GraphView(QWidget):
         self.fitted = True  # the whole graph drawn is in view
         self.controls_shown = True  # the run picker and the grouping checkbox (a slide has neither)
         self.boxed = False  # drawn one box per layer
+        self._settling = False  # the note's new lines are resizing the canvas
+        self._box_of: dict[int, str] = {}  # node id -> the box it is drawn in, drawn one box per layer
         # The graphs of backwards that raised while the view was closed, walked again on request.
         self._replays: dict[tuple[int, str, int], Graph | None] = {}
         self._asked: tuple[int, str, int] | None = None
@@ -388,6 +489,9 @@ class GraphView(QWidget):
         self.title.setObjectName("panelTitle")
         self.runs = QComboBox()
         self.runs.setToolTip("Whose graph is drawn")
+        # As wide as its longest run name: the panel's least width holds the whole head.
+        self.runs.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.runs.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         self.runs.currentTextChanged.connect(self._on_run)
         self.grouped = QCheckBox("One box per layer")
         self.grouped.setToolTip(
@@ -410,9 +514,10 @@ class GraphView(QWidget):
         self.canvas.installEventFilter(self)
         head = QHBoxLayout()
         head.setContentsMargins(0, 0, 0, 0)
-        head.addWidget(self.title, 1)
+        head.addWidget(self.title)
+        head.addWidget(self.runs)  # reads on from the title: "Autograd graph of [run]"
+        head.addStretch(1)
         head.addWidget(self.grouped)
-        head.addWidget(self.runs)
         box = QVBoxLayout(self)
         box.setContentsMargins(4, 4, 4, 4)
         box.setSpacing(3)
@@ -579,10 +684,10 @@ class GraphView(QWidget):
         if not 0 < shown.ran < len(shown.graph.order):
             return None
         sentence = backward_node_sentence(shown.graph, shown.ran, self._ledger(shown))
-        if self.boxed:
+        box = self._box_of.get(shown.graph.order[shown.ran - 1])
+        if box is not None:
             # The node is inside a box: say which, as the box is what the reader sees light up.
-            box = module_groups(shown.graph).get(shown.graph.order[shown.ran - 1])
-            sentence = sentence if box is None else f"{sentence[:-1]} (in {box})."
+            sentence = f"{sentence[:-1]} (in {box})."
         several = self.info is not None and len(self.info.runs) > 1
         return f"{self.run_name}: {sentence}" if several else sentence
 
@@ -624,9 +729,10 @@ class GraphView(QWidget):
         if ran < len(graph.order):
             node = graph.nodes[graph.order[ran - 1]]
             return f"backward(): node {ran} of {len(graph.order)} ran, {node.name}."
-        return (
-            f"backward() ran all {len(graph.order)} nodes in this order; their saved tensors are now freed."
-        )
+        saved = [s for node in graph.nodes for s in node.saved]
+        if saved and not any(s.freed for s in saved):  # retain_graph=True
+            return f"backward() walked all {len(graph.order)} nodes in this order and kept what they saved."
+        return f"backward() walked all {len(graph.order)} nodes in this order; what they saved is freed."
 
     # -------------------------------------------------------------- render
     def _font(self, bold: bool = False, scale: float = 1.0) -> QFont:
@@ -635,68 +741,51 @@ class GraphView(QWidget):
         font.setBold(bold)
         return font
 
+    @property
+    def type_points(self) -> float:
+        """The size, in points, of the smallest type drawn (a box's details) as the view shows it."""
+        return self.points * SMALL_TYPE * self.canvas.transform().m11()
+
     def _render(self) -> None:
         self.items.begin()
         self._focus: QPointF | None = None
         shown = self.shown
-        self.note.setText(shown.note if shown is not None else "")
-        self.title.setText(
-            f"Autograd graph of {self.run_name}"
-            if self.info and len(self.info.runs) > 1
-            else "Autograd graph"
-        )
+        several = self.info is not None and len(self.info.runs) > 1
+        # The picker names the run where it is shown; a slide without it names the run in the title.
+        picked = several and self.controls_shown
+        named = f"Autograd graph of {self.run_name}" if several else "Autograd graph"
+        self.title.setText("Autograd graph of" if picked else named)
         if shown is None or shown.graph is None or not shown.graph.nodes:
+            self._set_note(shown.note if shown is not None else "")
             self.items.end()
             return
-        viewport = self.canvas.maximumViewportSize()
-        least = MIN_POINTS / (self.points * SMALL_TYPE)  # the scale at which details stay readable
-
-        reached = [0.0]  # the scale the last graph tried would have needed the view to draw it at
-
-        def fits(width: float, height: float) -> bool:
-            reached[0] = min(viewport.width() / width, viewport.height() / height)
-            return reached[0] >= least
-
-        widest = viewport.width() / least  # the scene's width that fits at the least readable scale
-
-        grouped = self.boxed = self.grouped.isChecked()
-        # As chosen, then one box per layer, then each compact (titles in the details' type, still at
-        # least MIN_POINTS, closer rows, long titles on two lines): the first that fits whole
-        # is drawn, and the view says what gave way.
-        # Compact, a box's details go on fewer, longer lines first (lower), then as they were
-        # (narrower). Last, a recurrent layer's time steps in one box that says how many.
-        tries: list[tuple[bool, bool | None, bool]] = [(grouped, None, False), (True, None, False)]
-        tries += [(b, fewer, False) for b in (grouped, True) for fewer in (True, False)]
-        tries += [(True, fewer, True) for fewer in (True, False)]
-        focus = None
-        hopeless = False
-        for boxed, fewer, chains in dict.fromkeys(tries):
-            if fewer is not None and hopeless and not chains:
-                continue  # compact type and spacing take off a third at most: not enough
-            if chains and not any(" step " in k for k in module_groups(shown.graph).values()):
-                break  # no recurrent layer's chain to draw in one box
-            focus = self._draw(shown, boxed, fits, None if fewer is None else widest, chains, bool(fewer))
-            if fewer is None and boxed:
-                hopeless = reached[0] < least * COMPACT_GAIN
-            if focus is not None:
-                self.boxed = boxed
-                if chains:
-                    self.note.setText(f"{shown.note} {CHAINED_TO_FIT}".strip())
-                elif boxed and not grouped:
-                    self.note.setText(f"{shown.note} {GROUPED_TO_FIT}".strip())
+        # The note says how the graph is drawn, and its lines take from the canvas's height: the
+        # drawing is chosen again for the height left until the note keeps its lines.
+        for _ in range(3):
+            viewport = self.canvas.maximumViewportSize()
+            pick = self._pick(shown, viewport.width(), viewport.height())
+            said = [shown.note, pick.said, "" if pick.fitted else TOO_LARGE]
+            if not self._set_note(" ".join(t for t in said if t)):
                 break
-        self.fitted = focus is not None
-        if focus is None:
-            focus = self._draw(shown, grouped, None)
-            assert focus is not None  # drawn without a size to fit
-            self.note.setText(f"{shown.note} {TOO_LARGE}".strip())
-        self._focus = focus
+        self.fitted, self.boxed = pick.fitted, pick.boxed
+        arranged = pick.arranged
+        boxes = arranged.shown.graph
+        assert boxes is not None
+        self._box_of = {
+            j: boxes.nodes[i].name for i, ids in (pick.members or {}).items() if len(ids) > 1 for j in ids
+        }
+        count = len(arranged.boxes)
+        # Smooth curves cost a large graph a third of its paint; its many edges read as well without.
+        self.canvas.setRenderHint(QPainter.RenderHint.Antialiasing, count <= COMPACT_NODES)
+        self.items.begin()
+        focus = self._focus = paint_graph(
+            self.items, arranged, self.theme, pick.bold, pick.small, self._leaf_color()
+        )
         self.items.end()
         rect = self.scene.sceneRect()
-        fit = min(viewport.width() / rect.width(), viewport.height() / rect.height())
-        # The whole graph in view, never blown up past coarse; one too large even grouped is drawn at
-        # the least readable scale and kept on the node that ran last.
-        scale = min(MAX_SCALE, fit if self.fitted else least)
+        # The whole graph in view at the type chosen; one too large at the least readable type even
+        # drawn its most compact way is drawn at that type and kept on the node that ran last.
+        scale = pick.scale
         self.canvas.resetTransform()
         self.canvas.scale(scale, scale)
         if self.fitted:
@@ -708,51 +797,95 @@ class GraphView(QWidget):
         else:
             self.canvas.centerOn(focus)
 
-    def _draw(
+    def _set_note(self, text: str) -> bool:
+        """Show ``text`` as the note; whether the canvas's size changed with its lines."""
+        if self.note.text() == text:
+            return False
+        before = self.canvas.size()
+        self.note.setText(text)
+        layout = self.layout()
+        if layout is not None and self.isVisible():
+            self._settling = True  # the canvas resized here is drawn by the caller
+            try:
+                layout.activate()
+            finally:
+                self._settling = False
+        return self.canvas.size() != before
+
+    def _pick(self, shown: Shown, width: int, height: int) -> Pick:
+        """How to draw ``shown`` in a canvas ``width`` by ``height``: the most detailed drawing that
+        fits at the view's own type, else the one that fits at the largest type, measured from each
+        drawing laid out; where none fits at :data:`MIN_POINTS`, the largest at that type.
+
+        The drawings, most detailed first: as the reader chose, one box per layer, each compact
+        (titles in the details' type, closer rows, long titles on two lines; a box's details on
+        fewer, longer lines first, then as they were), last a recurrent layer's time steps in one
+        box per chunk."""
+        assert shown.graph is not None
+        detail = self.points * SMALL_TYPE
+        least = MIN_POINTS / detail  # the scale at which details stay readable
+        grouped = self.grouped.isChecked()
+        tries: list[tuple[bool, bool | None, bool]] = [(grouped, None, False), (True, None, False)]
+        tries += [(b, fewer, False) for b in (grouped, True) for fewer in (True, False)]
+        tries += [(True, fewer, True) for fewer in (True, False)]
+        chained = any(" step " in k for k in module_groups(shown.graph).values())
+        collapsed: dict[bool, tuple[Graph, int, dict[int, tuple[int, ...]]] | None] = {}
+        best: Pick | None = None
+        for boxed, fewer, chains in dict.fromkeys(tries):
+            if chains and not chained:
+                break  # no recurrent layer's chain to draw by chunks
+            if boxed and chains not in collapsed:
+                made = collapse(shown.graph, shown.ran, chains)
+                # A loop of boxes (the graph reaching into one it cannot be cut from) has no drawing
+                # that points every edge down: node by node it is drawn.
+                collapsed[chains] = made if acyclic(len(made[0].nodes), made[0].edges) else None
+            group = collapsed.get(chains) if boxed else None
+            if boxed and group is None:
+                continue
+            room = None if fewer is None else float(width)  # compact, titles broken to fit at scale 1
+            for _ in range(2 if fewer is not None else 1):
+                pick = self._arranged(shown, group, room, bool(fewer), width, height)
+                if pick.fit >= 1 or room is None:
+                    break
+                room = width / max(pick.fit, least)  # titles broken to fit the room at the scale reached
+            said = CHAINED_TO_FIT if chains else GROUPED_TO_FIT if boxed and not grouped else ""
+            pick = Pick(pick.arranged, pick.bold, pick.small, pick.fit, boxed, said, least, pick.members)
+            if pick.fit >= 1:
+                return pick
+            if best is None or pick.fit > best.fit:
+                best = pick
+        assert best is not None  # the graph as chosen node by node is always drawn
+        return best
+
+    def _arranged(
         self,
         shown: Shown,
-        grouped: bool,
-        fits: Callable[[float, float], bool] | None,
-        compact: float | None = None,
-        chains: bool = False,
-        fewer: bool = False,
-    ) -> QPointF | None:
-        """Build the scene of ``shown`` (one box per layer if ``grouped``, a recurrent layer's time
-        steps in one with ``chains``; with ``compact``, drawn compact within that width, and a box's
-        details on fewer lines if ``fewer``); None, with the scene left empty, where ``fits`` says
-        the laid-out graph is too large."""
-        self.items.begin()
+        group: tuple[Graph, int, dict[int, tuple[int, ...]]] | None,
+        room: float | None,
+        fewer: bool,
+        width: int,
+        height: int,
+    ) -> Pick:
+        """``shown`` laid out node by node, or as the boxes of ``group`` (from :func:`collapse`);
+        compact within ``room`` if given, a box's details on fewer lines if ``fewer``."""
         assert shown.graph is not None
-        members: dict[int, tuple[int, ...]] | None = None
-        drawn: Shown = shown
-        if grouped:
-            graph, ran, members = collapse(shown.graph, shown.ran, chains)
-            if not acyclic(len(graph.nodes), graph.edges):
-                # A graph reaching into an earlier chunk's: its boxes would feed one another, and no
-                # drawing of them points every edge down. Node by node it is drawn, if at all.
-                if fits is not None:
-                    return None
-                members = None
-            else:
-                drawn = Shown(graph, shown.tick, ran, shown.freed, shown.note)
-        # Smooth curves cost a large graph a third of its paint; its many edges read as well without.
-        count = len(drawn.graph.nodes) if drawn.graph is not None else 0
-        self.canvas.setRenderHint(QPainter.RenderHint.Antialiasing, count <= COMPACT_NODES)
-        return draw_graph(
-            self.items,
-            drawn,
-            self._texts(drawn, shown, members, one_line=fewer),
-            self.theme,
-            self._font(True, 1.0 if compact is None else SMALL_TYPE),
-            self._font(False, SMALL_TYPE),
-            self._leaf_color(),
-            fits,
-            self._memo,
-            compact,
-        )
+        drawn, members, dim = shown, None, frozenset[int]()
+        if group is not None:
+            graph, ran, members = group
+            drawn = Shown(graph, shown.tick, ran, shown.freed, shown.note)
+            dim = frozenset(
+                i for i, ids in members.items()
+                if is_chunk(graph.nodes[i].name) and _freed_before(shown.graph, ids)
+            )  # fmt: skip
+        bold = self._font(True, 1.0 if room is None else SMALL_TYPE)
+        small = self._font(False, SMALL_TYPE)
+        texts = self._texts(drawn, shown, members, one_line=fewer)
+        arranged = arrange_graph(drawn, texts, bold, small, self._memo, room, dim)
+        w, h = arranged.size
+        return Pick(arranged, bold, small, min(width / w, height / h), group is not None, "", 0.0, members)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self.canvas and event.type() == QEvent.Type.Resize:
+        if watched is self.canvas and event.type() == QEvent.Type.Resize and not self._settling:
             self._render()
         return super().eventFilter(watched, event)
 
@@ -790,17 +923,24 @@ class GraphView(QWidget):
                 detail.append(f"saved {fmt_bytes(total)}" + (" · freed" if gone else ""))
             lines.append("  ".join(detail))
             inside = members.get(node.id, ()) if members is not None and full is not None else ()
-            if len(inside) > 1 and full is not None and full.graph is not None:
+            if is_chunk(node.name) and full is not None and full.graph is not None:
+                lines[1:] = self._chunk_lines(full, inside, node.saved, node.id in lit, one_line)
+            elif len(inside) > 1 and full is not None and full.graph is not None:
                 names = [full.graph.nodes[j].name for j in inside]
                 kinds = dict.fromkeys(n for n in names if n != "AccumulateGrad")
                 leaves = [full.graph.nodes[j].param for j in inside if full.graph.nodes[j].param]
                 lines[1] = " · ".join(f"{names.count(k)}× {k}" if names.count(k) > 1 else k for k in kinds)
-                if leaves:
-                    named = "leaves: " + ", ".join(str(p).rsplit(".", 1)[-1] for p in leaves)
+                if leaves and not (node.id in lit and all(p in ledger for p in leaves)):
+                    # Once the backward ran, each leaf is named by its addition into .grad.
+                    short = [str(p).rsplit(".", 1)[-1] for p in leaves]
+                    # Two names a line: a layer's weight and bias together, a recurrent layer's four on two.
+                    named = [", ".join(short[k : k + 2]) for k in range(0, len(short), 2)]
+                    named[0] = f"leaves: {named[0]}"
                     if one_line:
-                        lines[1] = " · ".join(t for t in (lines[1], named) if t)
+                        lines[1] = " · ".join(t for t in (lines[1], named[0]) if t)
+                        lines += named[1:]
                     else:
-                        lines.append(named)
+                        lines += named
             if node.id == graph.failed:
                 lines.append("backward() raised here: saved tensors freed")
             if node.id in lit:
@@ -812,12 +952,38 @@ class GraphView(QWidget):
                     param = full.graph.nodes[j].param if full is not None and full.graph is not None else None
                     if param is not None and param in ledger:
                         added.append(f"{param.rsplit('.', 1)[-1]} {ledger[param]}")
-                lines += [" · ".join(added)] if one_line and added else added
+                # On fewer lines, two additions a line.
+                lines += (
+                    [" · ".join(added[k : k + 2]) for k in range(0, len(added), 2)] if one_line else added
+                )
             boxes.append(lines)
         labels = []
         for (a, _b), grad in zip(graph.edges, graph.sent, strict=False):
             labels.append(grad_text(grad) if a in lit and not compact else "")
         return boxes, labels
+
+    @staticmethod
+    def _chunk_lines(
+        full: Shown, inside: Sequence[int], saved: Sequence[SavedTensor], lit: bool, one_line: bool
+    ) -> list[str]:
+        """A chunk's box below its title: how many of its nodes the backward walked, what they saved
+        and whether it is freed (each read from the captured graph ``full``)."""
+        graph = full.graph
+        assert graph is not None
+        ran = set(graph.order[: full.ran])
+        walked = sum(1 for j in inside if j in ran)
+        count = len(inside)
+        if not full.ran:
+            lines = [f"{count} nodes"]
+        else:
+            lines = [f"{count} nodes walked" if walked == count else f"{walked} of {count} nodes walked"]
+        total = sum(s.bytes for s in saved)
+        if total:
+            gone = saved[0].freed and (lit or full.freed or graph.error is not None)
+            lines.append(f"saved {fmt_bytes(total)}" + (" · freed" if gone else ""))
+        elif graph.failed not in inside and _freed_before(graph, inside):
+            lines.append("freed by an earlier backward()")
+        return [" · ".join(lines)] if one_line else lines
 
     def _ledger(self, shown: Shown) -> dict[str, str]:
         """``before + added = after`` for each parameter leaf, from the records around the backward."""
@@ -836,6 +1002,14 @@ class GraphView(QWidget):
             new = after.grads.get(name) if after is not None else None
             out[name] = addition_text(old, added, new)
         return out
+
+
+def _freed_before(graph: Graph, inside: Sequence[int]) -> bool:
+    """Whether the nodes ``inside`` held nothing for backward when the graph was walked, where nodes
+    of their classes elsewhere in it did: PyTorch raised at each read, as an earlier backward freed them."""
+    saving = {n.name for n in graph.nodes if n.saved}
+    nodes = [graph.nodes[j] for j in inside]
+    return not any(n.saved for n in nodes) and any(n.name in saving for n in nodes)
 
 
 def first_sentence(text: str, limit: int = 200) -> str:
@@ -913,27 +1087,51 @@ class SceneItems:
         return item
 
 
-def draw_graph(
-    items: SceneItems,
+@dataclass(frozen=True)
+class Arranged:
+    """A graph laid out, not yet drawn: each box's lines, size and top-left corner (the nodes', then
+    a box per cut), the cuts' edges, and the spacing it was laid out with."""
+
+    shown: Shown
+    boxes: list[list[str]]
+    labels: list[str]
+    widths: list[float]
+    heights: list[float]
+    corners: list[tuple[float, float]]
+    cut_edges: list[tuple[int, int]]
+    pad: float
+    gap_y: float
+    advance: Callable[[str, bool], float]  # a text's width, as a title (True) or a detail
+    # Boxes drawn freed (a chunk an earlier backward freed), whatever the graph's own state.
+    dim: frozenset[int] = frozenset()
+    # Edge index -> the x of the lane it goes down, right of the boxes it would otherwise run behind.
+    lanes: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def size(self) -> tuple[float, float]:
+        """The scene's width and height, a margin around the boxes."""
+        right = max((x + w for (x, _), w in zip(self.corners, self.widths, strict=True)), default=0.0)
+        right = max([right, *(x + 4 for x in self.lanes.values())])
+        bottom = max((y + h for (_, y), h in zip(self.corners, self.heights, strict=True)), default=0.0)
+        return right + 16, bottom + 16
+
+
+def arrange_graph(
     shown: Shown,
     texts: tuple[list[list[str]], list[str]],
-    theme: Theme,
     bold: QFont,
     small: QFont,
-    leaf_color: str,
-    fits: Callable[[float, float], bool] | None = None,
     memo: dict[Any, Any] | None = None,
     compact: float | None = None,
-) -> QPointF | None:
-    """Lay out and draw the boxes, edges and labels of ``shown`` with ``items``; the centre of the
-    node that ran last (of the first cut, once the whole traversal is drawn), or, where none is
-    running, the top of the scene above the loss.
-
-    Where ``fits(width, height)`` says the laid-out graph is too large, nothing is added and the
-    answer is None. ``memo`` keeps the widths of texts in these fonts and the layouts made
-    from draw to draw. ``compact`` (the room's width) draws rows and boxes closer and a title wider
-    than half of it on two lines."""
+    dim: frozenset[int] = frozenset(),
+) -> Arranged:
+    """Lay out the boxes of ``shown`` with the lines ``texts``, titles in ``bold`` and details in
+    ``small``. ``memo`` keeps the widths of texts in these fonts and the layouts made from draw to
+    draw. ``compact`` (the room's width) puts rows and boxes closer and a title wider than half of it
+    on two lines."""
     from PySide6.QtGui import QFontMetricsF
+
+    from gradviz.engine.graph import cut_lines
 
     graph = shown.graph
     assert graph is not None
@@ -946,7 +1144,6 @@ def draw_graph(
         memo = {}
     elif len(memo) > MEMO_LIMIT:  # edge labels differ from backward to backward: keep it bounded
         memo.clear()
-
     sizes = {True: bold.pointSizeF(), False: -small.pointSizeF()}  # a title's and a detail's type
 
     def advance(t: str, title: bool) -> float:
@@ -955,8 +1152,6 @@ def draw_graph(
         if w is None:
             w = memo[key] = (big if title else little).horizontalAdvance(t)
         return w
-
-    from gradviz.engine.graph import cut_call, cut_lines
 
     # Each cut a node took in: a box of its own below that node, where the graph stops.
     cuts = [c for c in graph.cuts if c.node is not None]
@@ -986,13 +1181,71 @@ def draw_graph(
         for old in layouts[: max(0, len(layouts) - 3)]:
             del memo[old]
         corners = memo[arranged] = layered(len(boxes), arranged[1], widths, heights, gap_y, gap_x)
-    right = max((x + w for (x, _), w in zip(corners, widths, strict=True)), default=0.0)
-    bottom = max((y + h for (_, y), h in zip(corners, heights, strict=True)), default=0.0)
-    if fits is not None and not fits(right + 16, bottom + 16):
-        return None
+    lanes = _detours(graph.edges, corners, widths, heights, gap_x)
+    laid = (widths, heights, corners, cut_edges, pad, gap_y, advance)
+    return Arranged(shown, boxes, labels, *laid, dim, lanes)
+
+
+def _detours(
+    edges: Sequence[tuple[int, int]],
+    corners: Sequence[tuple[float, float]],
+    widths: Sequence[float],
+    heights: Sequence[float],
+    gap_x: float,
+) -> dict[int, float]:
+    """For each edge whose straight way down would run behind a box of a row between its ends (a
+    layer's parameters, shared by boxes chained above them): the x of a lane right of those boxes."""
+    rows: dict[float, list[int]] = {}
+    for i, (_, y) in enumerate(corners):
+        rows.setdefault(y, []).append(i)
+    tops = sorted(rows)
+    lanes: dict[int, float] = {}
+    taken: dict[float, int] = {}
+    for k, (a, b) in enumerate(edges):
+        (xa, ya), (xb, yb) = corners[a], corners[b]
+        bottom = ya + heights[a]
+        between = [y for y in tops if bottom < y < yb]
+        if not between:
+            continue
+        sx, ex = xa + widths[a] / 2, xb + widths[b] / 2
+        hit = []
+        for y in between:
+            x = sx + (ex - sx) * (y - bottom) / (yb - bottom)  # where the straight way crosses the row
+            hit += [i for i in rows[y] if corners[i][0] - 2 <= x <= corners[i][0] + widths[i] + 2]
+        if hit:
+            right = max(corners[i][0] + widths[i] for i in hit) + gap_x
+            n = taken[right] = taken.get(right, -1) + 1
+            lanes[k] = right + n * gap_x
+    return lanes
+
+
+def paint_graph(
+    items: SceneItems, arranged: Arranged, theme: Theme, bold: QFont, small: QFont, leaf_color: str
+) -> QPointF:
+    """Draw the boxes, edges and labels of ``arranged`` with ``items`` in the fonts it was laid out
+    in; the centre of the node that ran last (of the first cut, once the whole traversal is drawn),
+    or, where none is running, the top of the scene above the loss."""
+    from PySide6.QtGui import QFontMetricsF
+
+    from gradviz.engine.graph import cut_call
+
+    shown, boxes, labels = arranged.shown, arranged.boxes, arranged.labels
+    widths, heights, corners, cut_edges = (
+        arranged.widths,
+        arranged.heights,
+        arranged.corners,
+        arranged.cut_edges,
+    )
+    pad, gap_y = arranged.pad, arranged.gap_y
+    graph = shown.graph
+    assert graph is not None
+    big, little = QFontMetricsF(bold), QFontMetricsF(small)
+    cuts = [c for c in graph.cuts if c.node is not None]
+    count = len(graph.nodes)
     lit = set(graph.order[: shown.ran])
     faded = shown.freed
     text = QBrush(QColor(theme.muted if faded else "#1b1b1b"))
+    muted = QBrush(QColor(theme.muted))
     hot = QColor(RAN_COLOR)
     # Edges first, under the boxes, from the bottom of a node to the top of each next function:
     # one path for the edges gradients went along, one for the rest (a few items paint fast).
@@ -1004,8 +1257,17 @@ def draw_graph(
         flowed = a in lit and not faded
         path = paths[flowed]
         mid = (sy + ey) / 2
-        path.moveTo(sx, sy)
-        path.cubicTo(sx, mid, ex, mid, ex, ey)
+        lane = arranged.lanes.get(k)
+        if lane is None:
+            path.moveTo(sx, sy)
+            path.cubicTo(sx, mid, ex, mid, ex, ey)
+        else:  # out of the box's right side, down its lane, into the top of the box it feeds
+            sx, sy = xa + widths[a], ya + heights[a] / 2
+            ex = min(xb + widths[b] * 0.85, lane - 6)
+            path.moveTo(sx, sy)
+            path.cubicTo(lane, sy, lane, sy, lane, sy + gap_y)
+            path.lineTo(lane, ey - gap_y)
+            path.cubicTo(lane, ey - gap_y / 3, ex, ey - gap_y / 2, ex, ey)
         path.moveTo(ex - 4, ey - 7)
         path.lineTo(ex, ey)
         path.lineTo(ex + 4, ey - 7)
@@ -1027,7 +1289,7 @@ def draw_graph(
     label_brush = QBrush(QColor(theme.text))
     placed: list[QRectF] = [QRectF(x, y, w, h) for (x, y), w, h in zip(corners, widths, heights, strict=True)]
     for label, cx, cy in labelled:
-        w = advance(label, False)
+        w = arranged.advance(label, False)
         h = little.height()
         # Edges meeting at one node bring their labels together: one moves a line up or down, off
         # the boxes and the labels placed, or is left out rather than drawn over another.
@@ -1049,15 +1311,18 @@ def draw_graph(
         width = 3.0 if node.kind in ("parameter", "loss") or node.id in lit else 1.2
         if node.id == graph.failed:
             border, width = QColor(RAISED_COLOR), 4.0
-        if faded:
+        gone = faded or node.id in arranged.dim
+        if gone:
             fill.setAlpha(110)
             border.setAlpha(140)
-        pen = QPen(border, width, KIND_BORDER[node.kind])
+        style = Qt.PenStyle.DotLine if node.id in arranged.dim else KIND_BORDER[node.kind]
+        pen = QPen(border, width, style)
         items.rect(QRectF(x, y, w, height), pen, QBrush(fill), 4)
-        items.text(lines[0], bold, text, x + pad, y + pad, 5)
+        ink = muted if gone else text
+        items.text(lines[0], bold, ink, x + pad, y + pad, 5)
         rest = "\n".join(t for t in lines[1:] if t)
         if rest:
-            items.text(rest, small, text, x + pad, y + pad + big.height() * (lines[0].count("\n") + 1), 5)
+            items.text(rest, small, ink, x + pad, y + pad + big.height() * (lines[0].count("\n") + 1), 5)
     for k in range(len(cuts)):
         i = count + k
         (x, y), w, height, lines = corners[i], widths[i], heights[i], boxes[i]
@@ -1066,7 +1331,8 @@ def draw_graph(
         items.rect(QRectF(x, y, w, height), pen, QBrush(QColor(CUT_FILL)), 4)
         items.text(lines[0], bold, ink, x + pad, y + pad, 5)
         items.text("\n".join(lines[1:]), small, ink, x + pad, y + pad + big.height(), 5)
-    items.scene.setSceneRect(QRectF(-8, -8, right + 16, bottom + 16))
+    width, height = arranged.size
+    items.scene.setSceneRect(QRectF(-8, -8, width, height))
     if not shown.ran or faded:
         return QPointF(corners[0][0] + widths[0] / 2, -8.0)
     if cuts and shown.ran == len(graph.order):
