@@ -39,6 +39,12 @@ class SteadyLabel(QWidget):
         self.setSizePolicy(label.sizePolicy())
         self._height = label.sizeHint().height()
 
+    def set_text(self, text: str) -> None:
+        """Show ``text``, laid out at once: a rich text first laid out by its paint asks for a second."""
+        if text != self.label.text():
+            self.label.setText(text)
+            self.label.sizeHint()
+
     def sizeHint(self) -> QSize:
         self._height = self.label.sizeHint().height()
         return QSize(0, self._height)

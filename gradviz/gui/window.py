@@ -172,7 +172,8 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self.status = QLabel("")
         self.status.setObjectName("status")
-        self.statusBar().addWidget(SteadyLabel(self.status), 1)
+        self.status_box = SteadyLabel(self.status)
+        self.statusBar().addWidget(self.status_box, 1)
 
         self._make_actions()
         self._make_toolbar()
@@ -686,7 +687,7 @@ class MainWindow(QMainWindow):
         c = self.controller
         info, moment = c.info, c.moment()
         if info is None or moment is None:
-            self.status.setText("Loading…")
+            self.status_box.set_text("Loading…")
             return
         parts = [position_text(moment.tick, info.ticks_per_iteration, info.scenario.iterations)]
         if c.replay is not None:
@@ -713,8 +714,7 @@ class MainWindow(QMainWindow):
         elif c.busy:
             parts.append("working…")
         text = "  ·  ".join(parts)
-        if text != self.status.text():
-            self.status.setText(text)
+        self.status_box.set_text(text)
 
     def paintEvent(self, event: QPaintEvent) -> None:
         super().paintEvent(event)
