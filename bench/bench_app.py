@@ -234,8 +234,14 @@ def play(marks: list[int], frames: int, presentation: bool) -> dict[int, Figures
 
 def parts(marks: list[int], frames: int, peer_median: float) -> None:
     """Where a frame's time goes at each mark: each view's drawing and each plot's painting,
-    also as a share of the peer's median frame (``peer_median``, in ms)."""
-    from collections import defaultdict
+    also as a share of the peer's median frame (``peer_median``, in ms); the whole frame as
+    the window reports it, and what lies outside the views (the window's own widgets, Qt's
+    layouts and the scenes' bookkeeping), with the layouts and paints of the window's widgets
+    per frame."""
+    from collections import Counter, defaultdict
+
+    from PySide6.QtCore import QEvent, QObject
+    from PySide6.QtWidgets import QApplication, QWidget
 
     from gradviz.engine import load_scenario
     from gradviz.gui.display import application
@@ -256,6 +262,27 @@ def parts(marks: list[int], frames: int, peer_median: float) -> None:
 
         return run
 
+    class Census(QObject):
+        """Layout requests and paint events reaching the window's widgets, by widget name."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.layouts: Counter[str] = Counter()
+            self.paints: Counter[str] = Counter()
+
+        def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+            kind = event.type()
+            counted = kind in (QEvent.Type.LayoutRequest, QEvent.Type.Paint) and isinstance(watched, QWidget)
+            if counted and (watched is window or window.isAncestorOf(watched)):
+                name = watched.objectName() or type(watched).__name__
+                (self.layouts if kind == QEvent.Type.LayoutRequest else self.paints)[name] += 1
+            return False
+
+    census = Census()
+    QApplication.instance().installEventFilter(census)  # type: ignore[union-attr]
+    whole = Frames()
+    window.frame_drawn.connect(lambda: whole.drawn(window))
+    window.painted.connect(whole.painted)
     for key, view in window.panels.items():
         view.draw = timed(f"draw {key}", view.draw)  # type: ignore[attr-defined]
     painted = {"timeline": window.timeline.graphics, "surface": window.surface.plot_widget}
@@ -272,8 +299,12 @@ def parts(marks: list[int], frames: int, peer_median: float) -> None:
         c.play()
         _wait_until(_has_ops(c, mark + 100))
         spent.clear()
+        census.layouts.clear()
+        census.paints.clear()
+        whole.costs, whole.starts, whole.ticks, whole.on = [], [], [], True
         first = window.frames
         _wait_until(lambda first=first: window.frames >= first + frames)  # type: ignore[misc]
+        whole.on = False
         c.pause()
         wait_until_idle(window)
         shown = window.frames - first
@@ -286,6 +317,16 @@ def parts(marks: list[int], frames: int, peer_median: float) -> None:
         shares = sorted((name, 1000 * sum(v) / shown / peer_median) for name, v in spent.items())
         ratios = ", ".join(f"{name} {share:.2f}" for name, share in shares)
         print(f"  {'':16s}ms per frame / peer median: {ratios}")
+        frame = 1000 * sum(whole.costs) / max(len(whole.costs), 1)
+        views = 1000 * sum(sum(v) for v in spent.values()) / shown
+        print(
+            f"  {'':16s}the whole frame {frame:.1f} ms, of which the views' drawing and painting "
+            f"{views:.1f}, outside them {frame - views:.1f}"
+        )
+        for title, counts in (("layouts", census.layouts), ("paints", census.paints)):
+            most = ", ".join(f"{name} {n / shown:.2f}" for name, n in counts.most_common(8))
+            print(f"  {'':16s}{title} per frame: {most or 'none'}")
+    QApplication.instance().removeEventFilter(census)  # type: ignore[union-attr]
     c.shutdown()
 
 

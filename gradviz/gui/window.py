@@ -68,7 +68,7 @@ from gradviz.gui.views.scenario_bar import ScenarioBar
 from gradviz.gui.views.surface import SurfaceView
 from gradviz.gui.views.surface3d import Surface3DView
 from gradviz.gui.views.timeline import TimelineView
-from gradviz.gui.widgets import fix_lines
+from gradviz.gui.widgets import SteadyLabel, fix_lines
 from gradviz.gui.window_history import LabInfo, code_lab
 
 DEFAULT_SCENARIO = "forgot-zero-grad"
@@ -152,7 +152,8 @@ class MainWindow(QMainWindow):
         box.setContentsMargins(6, 4, 6, 4)
         box.setSpacing(4)
         box.addWidget(self.scenario_bar)
-        box.addWidget(self.narration)
+        self.narration_box = SteadyLabel(self.narration)
+        box.addWidget(self.narration_box)
         # A replayed recording's findings, each linked to its op (hidden for a scenario).
         self.findings = FindingsList()
         self.findings.chosen.connect(self.controller.seek)
@@ -171,7 +172,8 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self.status = QLabel("")
         self.status.setObjectName("status")
-        self.statusBar().addWidget(self.status, 1)
+        self.status_box = SteadyLabel(self.status)
+        self.statusBar().addWidget(self.status_box, 1)
 
         self._make_actions()
         self._make_toolbar()
@@ -685,7 +687,7 @@ class MainWindow(QMainWindow):
         c = self.controller
         info, moment = c.info, c.moment()
         if info is None or moment is None:
-            self.status.setText("Loading…")
+            self.status_box.set_text("Loading…")
             return
         parts = [position_text(moment.tick, info.ticks_per_iteration, info.scenario.iterations)]
         if c.replay is not None:
@@ -712,8 +714,7 @@ class MainWindow(QMainWindow):
         elif c.busy:
             parts.append("working…")
         text = "  ·  ".join(parts)
-        if text != self.status.text():
-            self.status.setText(text)
+        self.status_box.set_text(text)
 
     def paintEvent(self, event: QPaintEvent) -> None:
         super().paintEvent(event)
@@ -749,6 +750,7 @@ class MainWindow(QMainWindow):
         # Two lines, always: a label that grows and shrinks with its text would re-lay out
         # (and repaint) the whole window on every op.
         fix_lines(self.narration, 2)
+        self.narration_box.setFixedHeight(self.narration.maximumHeight())
 
     def set_presentation(self, on: bool, full_screen: bool = True) -> None:
         """Presentation mode: large type, no chrome, only the views chosen for it."""
