@@ -125,7 +125,7 @@ class Lab:
         self.ticks_per_iteration = len(self.schedule)
         self.tick = 0
         kept = (1 if self.streaming else recent) if self.mode == "full" else 0
-        self.history = History([r.name for r in self.runs], kept, self._rebuild)
+        self.history = History([r.name for r in self.runs], kept, self.schedule, self._rebuild)
         if self.mode != "bare":
             for run in self.runs:
                 self.history[run.name].keyframes[0] = Keyframe(run.current, None)
@@ -269,10 +269,19 @@ class Lab:
             h.truncate(tick)
             for k in [k for k in h.keyframes if k * self.ticks_per_iteration > tick + 1]:
                 del h.keyframes[k]
-            if len(h.ticks):
+            if len(h):
                 run.current = run.capture()
-                run.grad_norm, run.param_norm = h.grad_norm[-1], h.param_norm[-1]
+                run.grad_norm, run.param_norm = self._norms(run, h)
         self.tick = tick + 1
+
+    def _norms(self, run: Run, h: RunHistory) -> tuple[float, float]:
+        """The norms of ``.grad`` and the parameters after the run's last op, as it recorded them:
+        kept, or (a seek far back) from the state the replay left."""
+        try:
+            kept = h.scalars(len(h) - 1)
+            return kept.grad_norm, kept.param_norm
+        except IndexError:
+            return run.norms()
 
     def record(self, run_name: str, index: int) -> OpRecord:
         """The full record of op ``index`` of a run: kept, or rebuilt by replay from a keyframe."""
@@ -323,7 +332,7 @@ class Lab:
             shadow = self._shadow(run_name, r)
             self._shadow_at.pop(run_name, None)  # where the last rebuild left it no longer holds
             shadow.restore(*h.keyframe(0))
-            end = h.ticks[kept_from - 1 - h.forgotten]
+            end = h.ticks[kept_from - 1]
             for t in range(end + 1):
                 slot = self.schedule[t % tpi][r]
                 if slot is None or not shadow.active:
