@@ -225,7 +225,8 @@ class PeakColumn(Sequence[float]):
 
     def _thin(self, buckets: int) -> None:
         """Thin the oldest ``buckets`` buckets of the exact part."""
-        values = np.frombuffer(self._recent, dtype=self.typecode)[: buckets * BUCKET].reshape(-1, BUCKET)
+        # A copy: the array cannot shrink while numpy views its memory.
+        values = np.array(self._recent[: buckets * BUCKET], dtype=self.typecode).reshape(-1, BUCKET)
         lo_at, hi_at = values.argmin(axis=1), values.argmax(axis=1)
         rows = np.arange(len(values))
         first = len(self._lo)

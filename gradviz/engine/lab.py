@@ -18,7 +18,15 @@ from gradviz.engine.devices import resolve_device
 from gradviz.engine.errors import ScenarioError
 from gradviz.engine.lesson import check_params
 from gradviz.engine.loop import OpSlot
-from gradviz.engine.record import History, Keyframe, OpRecord, PackedSnapshot, RunHistory, Snapshot
+from gradviz.engine.record import (
+    SCALARS_KEPT,
+    History,
+    Keyframe,
+    OpRecord,
+    PackedSnapshot,
+    RunHistory,
+    Snapshot,
+)
 from gradviz.engine.run import Mode, Run
 from gradviz.engine.scenario import Scenario
 
@@ -93,6 +101,9 @@ class Lab:
     recent:
         Full records a ``full`` lab keeps per run (``RECENT_OPS`` by default);
         older ones are thinned to keyframes and rebuilt by replay when read.
+    scalars:
+        Ops whose :class:`~gradviz.engine.record.Scalars` the lab keeps per run, the newest
+        (``SCALARS_KEPT`` by default): what the window reads of each op as it comes.
     """
 
     def __init__(
@@ -101,6 +112,7 @@ class Lab:
         record: str = "auto",
         keyframe_every: int | None = None,
         recent: int = RECENT_OPS,
+        scalars: int = SCALARS_KEPT,
     ) -> None:
         self.scenario = scenario
         self.device = resolve_device(scenario.device)
@@ -126,6 +138,8 @@ class Lab:
         self.tick = 0
         kept = (1 if self.streaming else recent) if self.mode == "full" else 0
         self.history = History([r.name for r in self.runs], kept, self.schedule, self._rebuild)
+        for h in self.history.runs.values():
+            h.scalars_kept = scalars
         if self.mode != "bare":
             for run in self.runs:
                 self.history[run.name].keyframes[0] = Keyframe(run.current, None)

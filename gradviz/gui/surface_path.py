@@ -65,6 +65,12 @@ class PlanePath:
     residuals: np.ndarray
 
 
+def _grown(capacity: int) -> int:
+    """Room for points after ``capacity``: doubled while small, an eighth more once large, so a
+    long Play's path holds at most an eighth more than its points (copying each about 8 times)."""
+    return 2 * capacity if capacity < 65_536 else capacity + capacity // 8
+
+
 def cell_size(span: float, pixels: float) -> float:
     """A cell's side along one axis: ``CELL_PIXELS`` pixels of ``span`` over ``pixels``, a power of two."""
     per_cell = CELL_PIXELS * span / pixels if pixels > 0 else span
@@ -105,7 +111,7 @@ class RunPath:
         points = np.asarray(points, dtype=np.float64).reshape(-1, 2)
         m = len(points)
         if self._n + m > len(self._xy):
-            self._xy = np.resize(self._xy, (max(2 * len(self._xy), self._n + m), 2))
+            self._xy = np.resize(self._xy, (max(_grown(len(self._xy)), self._n + m), 2))
         if self._residuals is None and np.any(residuals):
             self._residuals = np.zeros(len(self._xy), dtype=np.float64)
         if self._residuals is not None:

@@ -466,14 +466,16 @@ class WindowRunHistory:
 class WindowHistory:
     """Every run's ops as the GUI has received them, addressable by tick."""
 
-    def __init__(self, info: LabInfo) -> None:
+    def __init__(self, info: LabInfo, whole: int = WHOLE) -> None:
+        """``whole``: ops whose loss, ``.grad`` norm and distance are kept exactly (:class:`PeakColumn`)."""
         self.info = info
         self.runs = {
-            r.name: WindowRunHistory(r.name, info.schedule, i, info.recent) for i, r in enumerate(info.runs)
+            r.name: WindowRunHistory(r.name, info.schedule, i, info.recent, whole)
+            for i, r in enumerate(info.runs)
         }
         # The distances between the runs' weights, for the ticks the worker measured them at.
         self.distance_ticks = Increasing()
-        self.distance = [PeakColumn("d") for _ in info.runs[1:]]
+        self.distance = [PeakColumn("d", whole) for _ in info.runs[1:]]
         self.preview_tick = -2
         self.previews: Mapping[str, dict[str, np.ndarray]] = {}
         self.fetched: dict[tuple[str, int], OpRecord] = {}
