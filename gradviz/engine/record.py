@@ -4,8 +4,9 @@ A :class:`Snapshot` is the full state of one run (parameters, ``.grad`` with
 ``None`` kept distinct from zeros, optimizer state, learning rates) as flat
 numpy copies; consecutive ops share the parts they did not change. An
 :class:`OpRecord` is what one op left behind. A run's :class:`RunHistory`
-keeps per-op scalars for every op, full records for the recent past, and a
-:class:`Keyframe` at the start of some iterations; any op whose record is no
+knows every op's tick from the schedule, keeps the scalars of the newest ops,
+full records for the recent past, and a :class:`Keyframe` at the start of some
+iterations; any op whose record is no
 longer kept (or was never made, for large models) is rebuilt exactly by replay
 from the keyframe before it.
 """
