@@ -2,6 +2,8 @@
 
 - :class:`ScheduledTicks`: the tick of each of a run's ops, worked out from the lab's schedule,
   so nothing is stored per op.
+- :class:`Scheduled`: a value per op that the schedule foretells (op, line, status), stored
+  only where it differs.
 - :class:`Increasing`: a non-decreasing integer per op in about a byte each (the steps between
   them), for counts and ticks that no schedule gives.
 - :class:`PeakColumn`: a float per op, exact for the newest ops and, further back, only what a
@@ -15,7 +17,7 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections.abc import Iterator, Sequence
-from typing import Any, overload
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -104,6 +106,57 @@ class ScheduledTicks:
         self._n = max(0, min(self._n, keep))
 
 
+V = TypeVar("V")
+
+
+class Scheduled(Generic[V]):
+    """A value per op that the schedule foretells (an op's name, its line, "running"), stored
+    only where an op's differs from it: a run that follows its loop keeps nothing per op.
+
+    Parameters
+    ----------
+    pattern:
+        The value of each op of one iteration, in order; op ``i`` is foretold ``pattern[i % k]``.
+    """
+
+    def __init__(self, pattern: Sequence[V]) -> None:
+        self.pattern = list(pattern)
+        self._n = 0
+        self._other: dict[int, V] = {}  # op index: its value where it is not the one foretold
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _at(self, i: int) -> V:
+        other = self._other.get(i, _NONE)
+        return self.pattern[i % len(self.pattern)] if other is _NONE else other  # type: ignore[return-value]
+
+    @overload
+    def __getitem__(self, i: int) -> V: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[V]: ...
+    def __getitem__(self, i: int | slice) -> V | list[V]:
+        if isinstance(i, slice):
+            return [self._at(j) for j in range(*i.indices(self._n))]
+        return self._at(_index(i, self._n))
+
+    def __iter__(self) -> Iterator[V]:
+        return iter(self[:])
+
+    def append(self, value: V) -> None:
+        if not self.pattern or value != self.pattern[self._n % len(self.pattern)]:
+            self._other[self._n] = value
+        self._n += 1
+
+    def truncate(self, keep: int) -> None:
+        """Forget every op from index ``keep`` on."""
+        self._n = max(0, min(self._n, keep))
+        for j in [j for j in self._other if j >= self._n]:
+            del self._other[j]
+
+
+_NONE = object()
+
 # Values between checkpoints of an Increasing column: reading one sums at most this many steps.
 CHECKPOINT = 1024
 
@@ -123,7 +176,17 @@ class Increasing:
         return len(self._steps)
 
     def append(self, value: int) -> None:
-        self.extend(np.array([value]))
+        n = len(self._steps)
+        step = value - self._last
+        if step < 0:
+            raise ValueError(f"values must not decrease, nor start below 0: {value} after {self._last}")
+        if step >= 255:
+            self._big[n] = step
+            step = 255
+        self._steps.append(step)
+        if n % CHECKPOINT == 0:
+            self._checkpoints.append(value)
+        self._last = value
 
     def extend(self, values: Sequence[int] | np.ndarray) -> None:
         values = np.asarray(values, dtype=np.int64).reshape(-1)

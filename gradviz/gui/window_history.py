@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
 
-from gradviz.engine.columns import WHOLE, Increasing, PeakColumn, ScheduledTicks
+from gradviz.engine.columns import WHOLE, Increasing, PeakColumn, Scheduled, ScheduledTicks
 
 if TYPE_CHECKING:
     from gradviz.engine.lab import Lab
@@ -390,13 +390,14 @@ class WindowRunHistory:
     """The columns of one run's ops, in the order they happened, in bounded memory.
 
     Ticks and how many backward calls ``.grad`` holds are worked out from the lab's schedule
-    (the run's ops follow it); each op keeps its op, line and status one byte each, and its loss
-    and ``.grad`` norm as the timeline draws them (:class:`PeakColumn`: exact for the newest
-    ops, each bucket's lowest and highest further back). Full records and captured graphs are
-    kept for the recent past only: ``records_kept`` (the lab's own recent past, so the window
-    holds the lab's records rather than copies) and :data:`GRAPHS_KEPT`; older records, and
-    with them every number shown at a moment, are rebuilt by the lab when a moment needs them
-    (:meth:`WindowHistory.missing`).
+    (the run's ops follow it); its op, line and status are kept only where they differ from
+    what the schedule foretells (:class:`Scheduled`: a status other than "running", a line in
+    another file of a recording); its loss and ``.grad`` norm as the timeline draws them
+    (:class:`PeakColumn`: exact for the newest ops, each bucket's lowest and highest further
+    back). Full records and captured graphs are kept for the recent past only:
+    ``records_kept`` (the lab's own recent past, so the window holds the lab's records rather
+    than copies) and :data:`GRAPHS_KEPT`; older records, and with them every number shown at
+    a moment, are rebuilt by the lab when a moment needs them (:meth:`WindowHistory.missing`).
     """
 
     def __init__(
@@ -409,14 +410,15 @@ class WindowRunHistory:
     ) -> None:
         self.name = name
         self.ticks = ScheduledTicks.of_schedule(schedule, run)
-        self.ops: Coded[str] = Coded()
-        self.lines: Coded[int] = Coded()
+        slots = [slot for row in schedule if (slot := row[run]) is not None]
+        self.ops: Scheduled[str] = Scheduled([slot.op for slot in slots])
+        self.lines: Scheduled[int] = Scheduled([slot.line for slot in slots])
         self.loss = PeakColumn("d", whole)  # as PyTorch gave it
         self.grad_norm = PeakColumn("f", whole)  # the lab keeps the norm in single precision
-        self.statuses: Coded[str] = Coded()
+        self.statuses: Scheduled[str] = Scheduled(["running"])
         self.records: Recent[OpRecord] = Recent(records_kept)
         self.graphs: Recent[Any] = Recent(GRAPHS_KEPT if records_kept is not None else None)
-        self._held = HeldBackwards([slot.op for row in schedule if (slot := row[run]) is not None])
+        self._held = HeldBackwards(self.ops.pattern)
         self.error: str | None = None
 
     def __len__(self) -> int:

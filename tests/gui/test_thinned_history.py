@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from gradviz.engine import Lab, load_scenario
-from gradviz.engine.columns import BUCKET
+from gradviz.engine.columns import BUCKET, Increasing, Scheduled
 from gradviz.engine.scenario import Scenario
 from gradviz.gui.views.timeline import PeakLine
 from gradviz.gui.window_history import Moment, StepResult, WindowHistory, describe_lab, entries_since
@@ -150,3 +150,24 @@ def test_the_window_keeps_a_few_bytes_an_op_in_the_thinned_past() -> None:
     whole = 2 * WHOLE * (8 + 4) + WHOLE * 8 + 2 * 2 * BUCKET * 12  # the whole parts, and one slice
     # Unthinned, these curves cost 12 bytes an op (loss and norm) and 12 a tick (distance, its tick).
     assert (kept - whole) / ops < 2.0
+
+
+def test_foretold_columns_keep_only_what_differs_and_increasing_ones_a_byte_a_step() -> None:
+    statuses = Scheduled(["running"])
+    for i in range(3000):
+        statuses.append("diverged" if i == 2999 else "running")
+    assert statuses[-1] == "diverged" and statuses[2998] == "running"
+    assert statuses._other == {2999: "diverged"}, "only the status the schedule did not foretell"
+    statuses.truncate(2999)
+    assert len(statuses) == 2999 and statuses._other == {}
+    values = [0, 0, 3, 300, 301, 70_000, *range(70_001, 73_000)]
+    column = Increasing()
+    for v in values[:4]:
+        column.append(v)
+    column.extend(values[4:])
+    assert list(column) == values and column[3] == 300 and column[2047] == values[2047]
+    assert list(column[1020:1030]) == values[1020:1030]
+    assert column.nbytes < 2 * len(values)
+    column.truncate(1500)
+    column.append(values[1499] + 1)
+    assert list(column) == [*values[:1500], values[1499] + 1]
