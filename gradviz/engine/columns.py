@@ -56,6 +56,7 @@ class ScheduledTicks:
         self._offsets = [int(t) for t in offsets]  # for bisect
         self.ticks_per_iteration = ticks_per_iteration
         self._n = 0
+        self._next = self._offsets[0] if self._offsets else -1  # the tick the next op must have
 
     @classmethod
     def of_schedule(cls, schedule: Sequence[Sequence[Any]], run: int) -> ScheduledTicks:
@@ -97,13 +98,16 @@ class ScheduledTicks:
 
     def append(self, tick: int) -> None:
         """Count one more op, at ``tick``: it must be the run's next slot in the schedule."""
-        if not len(self.offsets) or tick != self.tick_of(self._n):
+        if tick != self._next or tick < 0:
             raise ValueError(f"op {self._n} at tick {tick} does not follow the lab's schedule")
         self._n += 1
+        self._next = self.tick_of(self._n)
 
     def truncate(self, keep: int) -> None:
         """Forget every op from index ``keep`` on."""
         self._n = max(0, min(self._n, keep))
+        if self._offsets:
+            self._next = self.tick_of(self._n)
 
 
 V = TypeVar("V")

@@ -437,8 +437,8 @@ class RunHistory:
         self.loss.append(math.nan if loss is None else loss)
         self.grad_norm.append(grad_norm)
         self.param_norm.append(param_norm)
-        if len(self.loss) >= self.scalars_kept + max(1, self.scalars_kept // 8):
-            self._forget_scalars(len(self.loss) - self.scalars_kept)
+        if len(self.loss) > self.scalars_kept and len(self.loss) >= self.scalars_kept * 9 // 8:
+            self._forget_scalars(len(self.loss) - self.scalars_kept)  # an eighth at a time
         if record is not None and self.keep_records:
             self.recent.append(record)
             if len(self.recent) >= self._thin_at:
