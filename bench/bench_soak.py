@@ -4,17 +4,19 @@ Prints, each minute, the ops performed and the frames drawn in that minute and t
 process's resident memory, then the last minute against the first. Offscreen
 unless a display is set.
 
-With ``--bytes-per-op`` it measures instead, headless, what the history grows by per op once
-the recent records are full: the lab's history, the window's copy fed from it as the worker
-feeds it, and the surface paths drawn from that copy, traced with ``tracemalloc``.
+With ``--bytes-per-op`` it measures instead, headless, what the history grows by per op in the
+far past (past ``--warm`` ops: the recent records full and the columns' whole part thinned): the
+lab's history, the window's copy fed from it as the worker feeds it, and the surface paths drawn
+from that copy, traced with ``tracemalloc``, by part and by the line that grew it.
 
-Run: ``python bench/bench_soak.py [--minutes 60] [--scenario NAME] [--bytes-per-op]``.
+Run: ``python bench/bench_soak.py [--minutes 60] [--scenario NAME] [--bytes-per-op [--warm N] [--ops N]]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import tracemalloc
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,19 +33,66 @@ def resident_mb() -> float:
     return float("nan")
 
 
-def bytes_per_op(scenario: str, warm: int, ops: int) -> None:
-    """Print the bytes the history grows by per op over ``ops`` ops, after ``warm`` ops that fill
-    the recent records and thin the first of them (traced from the start, so what the thinning
-    frees counts as freed)."""
-    import tracemalloc
+# Where each part of the history lives: an allocation counts for the innermost of its two frames in
+# one of these files (so a column's append, in engine/columns.py, counts for the line calling it).
+PARTS = {
+    "record.py": "lab",
+    "lab.py": "lab",
+    "run.py": "lab",
+    "window_history.py": "window",
+    "surface_state.py": "surface",
+    "surface_path.py": "surface",
+}
 
+
+def _owner(traceback: tracemalloc.Traceback) -> tuple[str, int] | None:
+    """The file and line of ``traceback``'s innermost frame in one of :data:`PARTS`."""
+    for frame in reversed(traceback):
+        name = Path(frame.filename).name
+        if name in PARTS and "gradviz" in frame.filename:
+            return name, frame.lineno
+    return None
+
+
+def breakdown(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, ops: int) -> None:
+    """Print what grew between two snapshots, per op, by part and by the line that grew it."""
+    import linecache
+
+    by_line: dict[tuple[str, int], int] = {}
+    for stat in after.compare_to(before, "traceback"):
+        owner = _owner(stat.traceback)
+        key = owner if owner is not None else ("elsewhere", 0)
+        by_line[key] = by_line.get(key, 0) + stat.size_diff
+    paths = {Path(f.filename).name: f.filename for s in after.traces for f in s.traceback}
+    parts: dict[str, int] = {}
+    for (name, _), size in by_line.items():
+        part = PARTS.get(name, "elsewhere")
+        parts[part] = parts.get(part, 0) + size
+    shares = ", ".join(f"{part} {size / ops:.1f}" for part, size in sorted(parts.items()))
+    print(f"  by part: {shares} B/op")
+    for (name, line), size in sorted(by_line.items(), key=lambda kv: -abs(kv[1])):
+        if abs(size) / ops < 0.05:
+            continue
+        code = linecache.getline(paths.get(name, name), line).strip() if line else "(outside the history)"
+        print(f"  {size / ops:7.2f} B/op  {name}:{line}  {code[:72]}")
+
+
+def bytes_per_op(scenario: str, warm: int, settle: int, ops: int) -> None:
+    """Print the bytes the history grows by per op over ``ops`` ops, after ``warm`` ops (the recent
+    records full, and past :data:`~gradviz.engine.columns.WHOLE` ops per run, the far past), and
+    what grew, by part (the lab's history, the window's copy, the surface paths) and by the line
+    that grew it.
+
+    Tracing starts after ``warm`` (tracing them would take several times as long), then ``settle``
+    ops are played before measuring, long enough for every column to thin once: a buffer
+    allocated before tracing counts whole when it first moves, so a shorter ``settle`` errs high.
+    """
     from gradviz.engine import load_scenario
     from gradviz.engine.lab import RECENT_OPS, Lab, set_threads
     from gradviz.gui.surface_state import SurfaceState
     from gradviz.gui.window_history import Moment, StepResult, WindowHistory, describe_lab, entries_since
 
     set_threads(1)
-    tracemalloc.start()
     lab = Lab(replace(load_scenario(scenario), iterations=1_000_000))
     info = describe_lab(lab)
     window = WindowHistory(info)
@@ -66,13 +115,21 @@ def bytes_per_op(scenario: str, warm: int, ops: int) -> None:
                 surface.drawn(i, len(path))
 
     play(warm)
+    tracemalloc.start(2)
+    play(settle)
+    snapshot = tracemalloc.take_snapshot()
     before = tracemalloc.get_traced_memory()[0]
     play(ops)
     grown = tracemalloc.get_traced_memory()[0] - before
+    after = tracemalloc.take_snapshot()
     tracemalloc.stop()
+    per_run = ", ".join(f"{r.name} {len(lab.history[r.name]):,}" for r in lab.runs)
     print(f"history of {scenario}: lab, the window's copy and the surface paths (tracemalloc)")
-    print(f"  {grown / ops:.0f} B per op over {ops} ops, after {warm} ({RECENT_OPS} records kept per run)")
-    print(f"  two million ops (an hour of full-speed Play): {grown / ops * 2e6 / 1e6:+.0f} MB")
+    print(f"  an op is a tick of the lab's clock, as the soak counts them; ops per run at the end: {per_run}")
+    kept = f"{RECENT_OPS:,} records kept per run"
+    print(f"  {grown / ops:.1f} B per op over {ops:,} ops, after {warm + settle:,} ({kept})")
+    breakdown(snapshot, after, ops)
+    print(f"  an hour at 80,000 ops a minute (4.8 million ops): {grown / ops * 4.8e6 / 1e6:+.0f} MB")
 
 
 def soak(minutes: float, scenario: str) -> None:
@@ -134,11 +191,14 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--scenario", default="forgot-zero-grad")
     parser.add_argument("--bytes-per-op", action="store_true", help="measure the history's growth, headless")
-    parser.add_argument("--ops", type=int, default=20_000, help="ops measured with --bytes-per-op")
+    parser.add_argument("--ops", type=int, default=40_000, help="ops measured with --bytes-per-op")
+    # Past the columns' whole part and its first thinning for every run (a run of forgot-zero-grad
+    # has 3 ops in 4 ticks; each keeps WHOLE ops exactly, an eighth more before thinning them).
+    parser.add_argument("--warm", type=int, default=280_000, help="ops before tracing starts")
+    parser.add_argument("--settle", type=int, default=40_000, help="ops traced before those measured")
     args = parser.parse_args()
     if args.bytes_per_op:
-        # Past the recent records' limit and their first thinning (each run keeps RECENT_OPS).
-        bytes_per_op(args.scenario, warm=30_000, ops=args.ops)
+        bytes_per_op(args.scenario, warm=args.warm, settle=args.settle, ops=args.ops)
     else:
         soak(args.minutes, args.scenario)
 

@@ -508,7 +508,7 @@ def test_a_streaming_lab_keeps_only_each_runs_last_op():
         pass
     for run in lab.runs:
         h = lab.history[run.name]
-        assert len(h.recent) == 1 and len(h.ticks) == 1
+        assert len(h.recent) == 1 and len(h.loss) == 1
         assert len(h) == 2000 * len(run.program.ops)
         assert list(h.keyframes) == [0]
         last = lab.record(run.name, len(h) - 1)

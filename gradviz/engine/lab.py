@@ -18,7 +18,15 @@ from gradviz.engine.devices import resolve_device
 from gradviz.engine.errors import ScenarioError
 from gradviz.engine.lesson import check_params
 from gradviz.engine.loop import OpSlot
-from gradviz.engine.record import History, Keyframe, OpRecord, PackedSnapshot, RunHistory, Snapshot
+from gradviz.engine.record import (
+    SCALARS_KEPT,
+    History,
+    Keyframe,
+    OpRecord,
+    PackedSnapshot,
+    RunHistory,
+    Snapshot,
+)
 from gradviz.engine.run import Mode, Run
 from gradviz.engine.scenario import Scenario
 
@@ -93,6 +101,9 @@ class Lab:
     recent:
         Full records a ``full`` lab keeps per run (``RECENT_OPS`` by default);
         older ones are thinned to keyframes and rebuilt by replay when read.
+    scalars:
+        Ops whose :class:`~gradviz.engine.record.Scalars` the lab keeps per run, the newest
+        (``SCALARS_KEPT`` by default): what the window reads of each op as it comes.
     """
 
     def __init__(
@@ -101,6 +112,7 @@ class Lab:
         record: str = "auto",
         keyframe_every: int | None = None,
         recent: int = RECENT_OPS,
+        scalars: int = SCALARS_KEPT,
     ) -> None:
         self.scenario = scenario
         self.device = resolve_device(scenario.device)
@@ -125,7 +137,9 @@ class Lab:
         self.ticks_per_iteration = len(self.schedule)
         self.tick = 0
         kept = (1 if self.streaming else recent) if self.mode == "full" else 0
-        self.history = History([r.name for r in self.runs], kept, self._rebuild)
+        self.history = History([r.name for r in self.runs], kept, self.schedule, self._rebuild)
+        for h in self.history.runs.values():
+            h.scalars_kept = scalars
         if self.mode != "bare":
             for run in self.runs:
                 self.history[run.name].keyframes[0] = Keyframe(run.current, None)
@@ -269,10 +283,19 @@ class Lab:
             h.truncate(tick)
             for k in [k for k in h.keyframes if k * self.ticks_per_iteration > tick + 1]:
                 del h.keyframes[k]
-            if len(h.ticks):
+            if len(h):
                 run.current = run.capture()
-                run.grad_norm, run.param_norm = h.grad_norm[-1], h.param_norm[-1]
+                run.grad_norm, run.param_norm = self._norms(run, h)
         self.tick = tick + 1
+
+    def _norms(self, run: Run, h: RunHistory) -> tuple[float, float]:
+        """The norms of ``.grad`` and the parameters after the run's last op, as it recorded them:
+        kept, or (a seek far back) from the state the replay left."""
+        try:
+            kept = h.scalars(len(h) - 1)
+            return kept.grad_norm, kept.param_norm
+        except IndexError:
+            return run.norms()
 
     def record(self, run_name: str, index: int) -> OpRecord:
         """The full record of op ``index`` of a run: kept, or rebuilt by replay from a keyframe."""
@@ -323,7 +346,7 @@ class Lab:
             shadow = self._shadow(run_name, r)
             self._shadow_at.pop(run_name, None)  # where the last rebuild left it no longer holds
             shadow.restore(*h.keyframe(0))
-            end = h.ticks[kept_from - 1 - h.forgotten]
+            end = h.ticks[kept_from - 1]
             for t in range(end + 1):
                 slot = self.schedule[t % tpi][r]
                 if slot is None or not shadow.active:

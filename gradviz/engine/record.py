@@ -4,8 +4,9 @@ A :class:`Snapshot` is the full state of one run (parameters, ``.grad`` with
 ``None`` kept distinct from zeros, optimizer state, learning rates) as flat
 numpy copies; consecutive ops share the parts they did not change. An
 :class:`OpRecord` is what one op left behind. A run's :class:`RunHistory`
-keeps per-op scalars for every op, full records for the recent past, and a
-:class:`Keyframe` at the start of some iterations; any op whose record is no
+knows every op's tick from the schedule, keeps the scalars of the newest ops,
+full records for the recent past, and a :class:`Keyframe` at the start of some
+iterations; any op whose record is no
 longer kept (or was never made, for large models) is rebuilt exactly by replay
 from the keyframe before it.
 """
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 import numpy as np
 
+from gradviz.engine.columns import WHOLE, ScheduledTicks
 from gradviz.engine.loop import OpSlot
 from gradviz.engine.scenario import Op
 
@@ -366,11 +368,25 @@ class Records(Sequence[OpRecord]):
         return h.rebuild(h.run, i)
 
 
+class Scalars(NamedTuple):
+    """What the timeline plots of one op: its loss (NaN before the first forward) and two norms."""
+
+    loss: float
+    grad_norm: float
+    param_norm: float
+
+
+# Ops whose scalars a lab keeps per run: the newest, for the window to read as they come (and a
+# seek to find its norms); further back they live in the records, rebuilt by replay.
+SCALARS_KEPT = WHOLE
+
+
 class RunHistory:
     """The ops of one run, in bounded memory.
 
-    - Every op: its tick, its loss and the norms of ``.grad`` and of the
-      parameters after it, in 4- and 8-byte columns (what the timeline plots).
+    - Every op: its tick, worked out from the lab's schedule (:class:`ScheduledTicks`), so
+      nothing is stored for it.
+    - The newest ops (:data:`SCALARS_KEPT`): their :class:`Scalars`, read with :meth:`scalars`.
     - The recent past: the op's full :class:`OpRecord`, at most ``recent`` of
       them (0 for a large model, which keeps none).
     - Keyframes: the state at the start of an iteration. While its ops' records
@@ -381,7 +397,7 @@ class RunHistory:
     by ``rebuild`` (the lab's replay from the keyframe before them).
     """
 
-    def __init__(self, run: str, recent: int, rebuild: Rebuild | None = None) -> None:
+    def __init__(self, run: str, recent: int, ticks: ScheduledTicks, rebuild: Rebuild | None = None) -> None:
         self.run = run
         self.recent_limit = recent
         # Thinned a slice at a time, so that each thinning's cost is spread over many ops.
@@ -391,15 +407,16 @@ class RunHistory:
         self.recent: list[OpRecord] = []
         self.records = Records(self)
         self.keyframes: dict[int, Keyframe] = {}
-        # Ops dropped from the front of the columns (a streaming lab): op i is ticks[i - forgotten].
-        self.forgotten = 0
-        self.ticks = array("i")
+        self.ticks = ticks
+        # The scalars of the ops from ``scalars_from`` on (every op until there are SCALARS_KEPT).
+        self.scalars_from = 0
+        self.scalars_kept = SCALARS_KEPT
         self.loss = array("d")  # exactly as PyTorch gave it (nan before the first forward)
         self.grad_norm = array("f")  # norms only feed the timeline's plots
         self.param_norm = array("f")
 
     def __len__(self) -> int:
-        return self.forgotten + len(self.ticks)
+        return len(self.ticks)
 
     @property
     def recent_from(self) -> int:
@@ -414,15 +431,30 @@ class RunHistory:
         param_norm: float,
         record: OpRecord | None = None,
     ) -> None:
-        """Add one op: its scalars, and its full record where this history keeps them."""
+        """Add one op: its tick (the run's next in the schedule), scalars, and its full record
+        where this history keeps them."""
         self.ticks.append(tick)
         self.loss.append(math.nan if loss is None else loss)
         self.grad_norm.append(grad_norm)
         self.param_norm.append(param_norm)
+        if len(self.loss) > self.scalars_kept and len(self.loss) >= self.scalars_kept * 9 // 8:
+            self._forget_scalars(len(self.loss) - self.scalars_kept)  # an eighth at a time
         if record is not None and self.keep_records:
             self.recent.append(record)
             if len(self.recent) >= self._thin_at:
                 self._thin(len(self.recent) - self.recent_limit)
+
+    def scalars(self, index: int) -> Scalars:
+        """The scalars of op ``index``; an IndexError once only its record (rebuilt) holds them."""
+        j = index - self.scalars_from
+        if not 0 <= j < len(self.loss):
+            raise IndexError(f"the scalars of op {index} of {self.run} are no longer kept")
+        return Scalars(self.loss[j], self.grad_norm[j], self.param_norm[j])
+
+    def _forget_scalars(self, n: int) -> None:
+        for col in (self.loss, self.grad_norm, self.param_norm):
+            del col[:n]
+        self.scalars_from += n
 
     def _thin(self, n: int) -> None:
         """Drop the oldest ``n`` full records, and the keyframes of their iterations but every
@@ -439,11 +471,9 @@ class RunHistory:
     def forget_all(self) -> None:
         """Drop every op kept so far, still counting them (a streaming lab calls it before each op).
 
-        Only :meth:`__len__`, the ops appended afterwards and the keyframes stay.
+        Only :meth:`__len__`, the ops' ticks, the ops appended afterwards and the keyframes stay.
         """
-        self.forgotten += len(self.ticks)
-        for col in (self.ticks, self.loss, self.grad_norm, self.param_norm):
-            del col[:]
+        self._forget_scalars(len(self.loss))
         self.recent.clear()
 
     def keyframe(self, iteration: int) -> tuple[Snapshot, float | None]:
@@ -460,28 +490,39 @@ class RunHistory:
 
     def index_at(self, tick: int) -> int:
         """Index of the last op with ``tick`` at or before ``tick``; -1 if none."""
-        return self.forgotten + bisect.bisect_right(self.ticks, tick) - 1
+        return self.ticks.index_at(tick)
 
     def truncate(self, tick: int) -> None:
         """Forget every op after ``tick`` (the lab drops the keyframes after it)."""
-        keep = max(self.index_at(tick) + 1 - self.forgotten, 0)
-        del self.recent[max(keep + self.forgotten - self.recent_from, 0) :]
-        for col in (self.ticks, self.loss, self.grad_norm, self.param_norm):
-            del col[keep:]
+        keep = self.index_at(tick) + 1
+        del self.recent[max(keep - self.recent_from, 0) :]
+        self.ticks.truncate(keep)
+        for col in (self.loss, self.grad_norm, self.param_norm):
+            del col[max(keep - self.scalars_from, 0) :]
+        self.scalars_from = min(self.scalars_from, keep)
 
 
 class History:
     """Every run's ops in order, addressable by run name and op index or by tick."""
 
-    def __init__(self, runs: list[str], recent: int, rebuild: Rebuild | None = None) -> None:
-        self.runs = {name: RunHistory(name, recent, rebuild) for name in runs}
+    def __init__(
+        self,
+        runs: list[str],
+        recent: int,
+        schedule: Sequence[Sequence[OpSlot | None]],
+        rebuild: Rebuild | None = None,
+    ) -> None:
+        self.runs = {
+            name: RunHistory(name, recent, ScheduledTicks.of_schedule(schedule, r), rebuild)
+            for r, name in enumerate(runs)
+        }
 
     def __getitem__(self, run: str) -> RunHistory:
         return self.runs[run]
 
     @property
     def last_tick(self) -> int:
-        return max((h.ticks[-1] for h in self.runs.values() if len(h.ticks)), default=-1)
+        return max((h.ticks[-1] for h in self.runs.values() if len(h)), default=-1)
 
     def truncate(self, tick: int) -> None:
         for h in self.runs.values():

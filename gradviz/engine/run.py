@@ -331,6 +331,12 @@ class Run:
         views = self._param_views
         return _norm(views) if views is not None else _torch_norm(self.tensors)
 
+    def norms(self) -> tuple[float, float]:
+        """The norms of every ``.grad`` and of the parameters in ``current``, as a full record's op
+        computes them (a light run's, from the tensors one by one, may differ in the last bit)."""
+        grads, params = self.current.grad_flat, self.current.param_flat
+        return (_norm([grads]) if grads.size else 0.0), _norm([params])
+
     def _measure(self, op: str) -> None:
         """The norms the timeline plots, from the live tensors (all a light run records)."""
         if op in ("zero_grad", "backward"):

@@ -15,10 +15,11 @@ Qt-free.
 from __future__ import annotations
 
 import math
-from array import array
 from dataclasses import dataclass
 
 import numpy as np
+
+from gradviz.engine.columns import Increasing
 
 Extent = tuple[tuple[float, float], tuple[float, float]]
 Box = tuple[tuple[float, float], tuple[float, float]]  # cells across and up, counted from the origin
@@ -64,6 +65,12 @@ class PlanePath:
     residuals: np.ndarray
 
 
+def _grown(capacity: int) -> int:
+    """Room for points after ``capacity``: doubled while small, an eighth more once large, so a
+    long Play's path holds at most an eighth more than its points (copying each about 8 times)."""
+    return 2 * capacity if capacity < 65_536 else capacity + capacity // 8
+
+
 def cell_size(span: float, pixels: float) -> float:
     """A cell's side along one axis: ``CELL_PIXELS`` pixels of ``span`` over ``pixels``, a power of two."""
     per_cell = CELL_PIXELS * span / pixels if pixels > 0 else span
@@ -86,7 +93,7 @@ class RunPath:
         # Distances off a plane; None while every one is 0 (a true surface's points lie on it).
         self._residuals: np.ndarray | None = None
         self._n = 0
-        self.op_points = array("i")  # 4 bytes an op: a long Play's every op has one
+        self.op_points = Increasing()  # a byte an op: a long Play's every op has one
         self._reset_cells(None)
 
     def __len__(self) -> int:
@@ -96,7 +103,7 @@ class RunPath:
         """Forget every point (a new plane, or a history that went back)."""
         self._n = 0
         self._residuals = None
-        self.op_points = array("i")
+        self.op_points = Increasing()
         self._reset_cells(None)
 
     def extend(self, points: np.ndarray, residuals: np.ndarray) -> None:
@@ -104,7 +111,7 @@ class RunPath:
         points = np.asarray(points, dtype=np.float64).reshape(-1, 2)
         m = len(points)
         if self._n + m > len(self._xy):
-            self._xy = np.resize(self._xy, (max(2 * len(self._xy), self._n + m), 2))
+            self._xy = np.resize(self._xy, (max(_grown(len(self._xy)), self._n + m), 2))
         if self._residuals is None and np.any(residuals):
             self._residuals = np.zeros(len(self._xy), dtype=np.float64)
         if self._residuals is not None:
@@ -119,7 +126,7 @@ class RunPath:
         """Bytes kept: points, distances off the plane, the ops' points and what thinning remembers."""
         residuals = 0 if self._residuals is None else self._residuals.nbytes
         kept = self._xy.nbytes + residuals + self._firsts.nbytes + self._seen.nbytes
-        return kept + self.op_points.itemsize * len(self.op_points)
+        return kept + self.op_points.nbytes
 
     def points(self, n: int | None = None) -> np.ndarray:
         """The first ``n`` points (all by default), ``(n, 2)``: a view, not a copy."""

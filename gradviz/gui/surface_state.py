@@ -244,7 +244,7 @@ class SurfaceState:
                 if surface.paths is not None:  # the lab's whole path, older steps than the window keeps
                     path = surface.paths[i]
                     run.extend(*self._placed(path.coords, path.residuals))
-                    run.op_points.frombytes(path.op_points.astype(np.int32).tobytes())
+                    run.op_points.extend(path.op_points)
         (x0, x1), (y0, y1) = surface.extent
         if self.mode == "curve":
             shown, (lo, hi) = curve_shown(np.asarray(surface.Z[:, 0], dtype=np.float64))

@@ -8,7 +8,6 @@ another thread is changing. Nothing here imports Qt or torch.
 
 from __future__ import annotations
 
-import bisect
 import math
 from array import array
 from collections.abc import Callable, Mapping, Sequence
@@ -16,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
+
+from gradviz.engine.columns import WHOLE, Increasing, PeakColumn, Scheduled, ScheduledTicks
 
 if TYPE_CHECKING:
     from gradviz.engine.lab import Lab
@@ -173,17 +174,17 @@ def entries_since(
         h = lab.history[run.name]
         new = []
         for i in range(known.get(run.name, 0), len(h)):
-            tick = h.ticks[i - h.forgotten]
+            tick = h.ticks[i]
             slot = lab.schedule[tick % tpi][r]
             rec = h.records[i] if h.keep_records else None  # rebuilt by replay where no longer kept
             if rec is not None:
                 status = "error" if rec.error else ("diverged" if rec.diverged else "running")
             else:
                 status = run.status if i == len(h) - 1 else "running"
-            j = i - h.forgotten
             op, line = (slot.op, slot.line) if slot else ("forward", 0)
             graph = graphs.pop((run.name, tick), None) if graphs else None
-            new.append(Entry(tick, op, line, h.loss[j], h.grad_norm[j], h.param_norm[j], status, rec, graph))
+            loss, grad_norm, param_norm = h.scalars(i)
+            new.append(Entry(tick, op, line, loss, grad_norm, param_norm, status, rec, graph))
         out[run.name] = tuple(new)
     return out
 
@@ -356,37 +357,76 @@ class Coded(Sequence[H]):
         del self._column[keep:]
 
 
+class HeldBackwards:
+    """How many ``backward()`` calls ``.grad`` holds after each op of a run (none since the last
+    ``zero_grad``), worked out from the ops of one iteration: nothing is stored per op."""
+
+    def __init__(self, ops: Sequence[str]) -> None:
+        self.per_iteration = ops.count("backward")
+        self.clears = "zero_grad" in ops
+        # Within an iteration, after each of its ops: backwards so far, and since its last zero_grad.
+        self._upto: list[int] = []
+        self._since: list[int | None] = []
+        upto, since = 0, None
+        for op in ops:
+            upto += op == "backward"
+            since = 0 if op == "zero_grad" else (None if since is None else since + (op == "backward"))
+            self._upto.append(upto)
+            self._since.append(since)
+        # What an iteration leaves in .grad for the next: the backwards after its last zero_grad.
+        self._carried = since or 0
+
+    def at(self, index: int) -> int:
+        """After op ``index`` of the run."""
+        iteration, slot = divmod(index, len(self._upto))
+        since = self._since[slot]
+        if since is not None:
+            return since
+        if self.clears:
+            return (self._carried if iteration else 0) + self._upto[slot]
+        return iteration * self.per_iteration + self._upto[slot]
+
+
 class WindowRunHistory:
     """The columns of one run's ops, in the order they happened, in bounded memory.
 
-    Every op keeps its tick, op, line, loss, ``.grad`` norm, status and how many backward calls
-    ``.grad`` holds, in compact columns (what the timeline and the views' lookups read): a few
-    dozen bytes an op, the ops and lines one byte each.
-    Full records and captured graphs are kept for the recent past only: ``records_kept``
-    (the lab's own recent past, so the window holds the lab's records rather than copies)
-    and :data:`GRAPHS_KEPT`; older records are rebuilt by the lab when a moment needs them
-    (:meth:`WindowHistory.missing`).
+    Ticks and how many backward calls ``.grad`` holds are worked out from the lab's schedule
+    (the run's ops follow it); its op, line and status are kept only where they differ from
+    what the schedule foretells (:class:`Scheduled`: a status other than "running", a line in
+    another file of a recording); its loss and ``.grad`` norm as the timeline draws them
+    (:class:`PeakColumn`: exact for the newest ops, each bucket's lowest and highest further
+    back). Full records and captured graphs are kept for the recent past only:
+    ``records_kept`` (the lab's own recent past, so the window holds the lab's records rather
+    than copies) and :data:`GRAPHS_KEPT`; older records, and with them every number shown at
+    a moment, are rebuilt by the lab when a moment needs them (:meth:`WindowHistory.missing`).
     """
 
-    def __init__(self, name: str, records_kept: int | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        schedule: Sequence[Sequence[OpSlot | None]],
+        run: int,
+        records_kept: int | None = None,
+        whole: int = WHOLE,
+    ) -> None:
         self.name = name
-        self.ticks = array("i")
-        self.ops: Coded[str] = Coded()
-        self.lines: Coded[int] = Coded()
-        self.loss = array("d")  # as PyTorch gave it
-        self.grad_norm = array("f")  # the lab keeps the norm in single precision
-        self.statuses: Coded[str] = Coded()
+        self.ticks = ScheduledTicks.of_schedule(schedule, run)
+        slots = [slot for row in schedule if (slot := row[run]) is not None]
+        self.ops: Scheduled[str] = Scheduled([slot.op for slot in slots])
+        self.lines: Scheduled[int] = Scheduled([slot.line for slot in slots])
+        self.loss = PeakColumn("d", whole)  # as PyTorch gave it
+        self.grad_norm = PeakColumn("f", whole)  # the lab keeps the norm in single precision
+        self.statuses: Scheduled[str] = Scheduled(["running"])
         self.records: Recent[OpRecord] = Recent(records_kept)
         self.graphs: Recent[Any] = Recent(GRAPHS_KEPT if records_kept is not None else None)
-        # How many backward() calls .grad holds after each op (none since the last zero_grad).
-        self.backwards = array("i")
+        self._held = HeldBackwards(self.ops.pattern)
         self.error: str | None = None
 
     def __len__(self) -> int:
         return len(self.ticks)
 
     def append(self, e: Entry) -> None:
-        """Add one op as the worker reported it."""
+        """Add one op as the worker reported it (the run's next op in the lab's schedule)."""
         self.ticks.append(e.tick)
         self.ops.append(e.op)
         self.lines.append(e.line)
@@ -395,19 +435,20 @@ class WindowRunHistory:
         self.statuses.append(e.status)
         self.records.append(e.record)
         self.graphs.append(e.graph)
-        held = self.backwards[-1] if self.backwards else 0
-        self.backwards.append(0 if e.op == "zero_grad" else held + (e.op == "backward"))
+
+    def backwards(self, index: int) -> int:
+        """How many backward calls ``.grad`` holds after op ``index`` (none since the last zero_grad)."""
+        return self._held.at(index)
 
     def index_at(self, tick: int) -> int:
         """Index of the last op at or before ``tick``; -1 when there is none."""
-        return bisect.bisect_right(self.ticks, tick) - 1
+        return self.ticks.index_at(tick)
 
     def truncate(self, tick: int) -> None:
         keep = self.index_at(tick) + 1
-        for column in (self.ticks, self.loss, self.grad_norm, self.backwards):
-            del column[keep:]
-        for coded in (self.ops, self.lines, self.statuses):
-            coded.truncate(keep)
+        self.ticks.truncate(keep)
+        for column in (self.loss, self.grad_norm, self.ops, self.lines, self.statuses):
+            column.truncate(keep)
         self.records.truncate(keep)
         self.graphs.truncate(keep)
 
@@ -428,12 +469,16 @@ class WindowRunHistory:
 class WindowHistory:
     """Every run's ops as the GUI has received them, addressable by tick."""
 
-    def __init__(self, info: LabInfo) -> None:
+    def __init__(self, info: LabInfo, whole: int = WHOLE) -> None:
+        """``whole``: ops whose loss, ``.grad`` norm and distance are kept exactly (:class:`PeakColumn`)."""
         self.info = info
-        self.runs = {r.name: WindowRunHistory(r.name, info.recent) for r in info.runs}
-        self.op_ticks = array("i")
-        self.distance_ticks = array("i")
-        self.distance = [array("d") for _ in info.runs[1:]]
+        self.runs = {
+            r.name: WindowRunHistory(r.name, info.schedule, i, info.recent, whole)
+            for i, r in enumerate(info.runs)
+        }
+        # The distances between the runs' weights, for the ticks the worker measured them at.
+        self.distance_ticks = Increasing()
+        self.distance = [PeakColumn("d", whole) for _ in info.runs[1:]]
         self.preview_tick = -2
         self.previews: Mapping[str, dict[str, np.ndarray]] = {}
         self.fetched: dict[tuple[str, int], OpRecord] = {}
@@ -442,18 +487,20 @@ class WindowHistory:
     @property
     def last_tick(self) -> int:
         """The newest tick with an op; -1 before the first op."""
-        return self.op_ticks[-1] if self.op_ticks else -1
+        return max((rt.ticks[-1] for rt in self.runs.values() if len(rt)), default=-1)
+
+    @property
+    def op_ticks(self) -> np.ndarray:
+        """Every tick at which some run had an op, in order (worked out from the runs' ticks)."""
+        return np.unique(np.concatenate([rt.ticks[:] for rt in self.runs.values()]))
 
     def extend(self, result: StepResult) -> None:
         """Append the worker's new entries."""
-        ticks = set()
         for name, entries in result.entries.items():
             rt = self.runs[name]
             for e in entries:
                 rt.append(e)
-                ticks.add(e.tick)
             rt.error = result.errors.get(name, rt.error)
-        self.op_ticks.extend(sorted(t for t in ticks if t > self.last_tick))
         for tick, values in result.distance:
             self.distance_ticks.append(tick)
             for column, v in zip(self.distance, values, strict=True):
@@ -467,10 +514,9 @@ class WindowHistory:
         for rt in self.runs.values():
             rt.truncate(-1)
             rt.error = None
-        del self.op_ticks[:]
-        del self.distance_ticks[:]
+        self.distance_ticks.truncate(0)
         for column in self.distance:
-            del column[:]
+            column.truncate(0)
         self.fetched.clear()
         self.preview_tick = -2
         self.previews = {}
@@ -504,17 +550,18 @@ class WindowHistory:
         return out
 
     def next_op_tick(self, tick: int) -> int | None:
-        i = bisect.bisect_right(self.op_ticks, tick)
-        return self.op_ticks[i] if i < len(self.op_ticks) else None
+        """The first tick after ``tick`` at which some run had an op; None after the last."""
+        later = [rt.ticks[j] for rt in self.runs.values() if (j := rt.index_at(tick) + 1) < len(rt)]
+        return min(later, default=None)
 
     def prev_op_tick(self, tick: int) -> int:
-        i = bisect.bisect_left(self.op_ticks, tick)
-        return self.op_ticks[i - 1] if i > 0 else -1
+        """The last tick before ``tick`` at which some run had an op (-1 before the first)."""
+        return self.snap(tick - 1)
 
     def snap(self, tick: float) -> int:
         """The op tick at or before ``tick`` (-1 before the first)."""
-        i = bisect.bisect_right(self.op_ticks, math.floor(tick))
-        return self.op_ticks[i - 1] if i > 0 else -1
+        t = math.floor(tick)
+        return max((rt.ticks[j] for rt in self.runs.values() if (j := rt.index_at(t)) >= 0), default=-1)
 
 
 @dataclass(frozen=True)
@@ -624,7 +671,7 @@ class Moment:
         """How many backward calls have added to ``.grad`` since it was last cleared."""
         rt = self.history.runs[run]
         i = rt.index_at(self.tick)
-        return rt.backwards[i] if i >= 0 else 0
+        return rt.backwards(i) if i >= 0 else 0
 
     def next_step(self, run: str) -> dict[str, np.ndarray] | None:
         """Parameters after the run's next op when it is a step: recorded, or previewed at the live end."""

@@ -96,11 +96,11 @@ def test_records_fetched_for_moments_gone_back_to_do_not_pile_up() -> None:
 
 
 def test_captured_graphs_are_kept_for_the_recent_ops_only() -> None:
-    lab, history = _played(10)
+    _, history = _played(10)
     rt = history.runs["yours"]
-    e = Entry(lab.tick, "forward", 1, 1.0, 0.0, 0.0, "running", None, graph="a graph")
     for _ in range(2 * GRAPHS_KEPT):
-        rt.append(e)
+        tick = rt.ticks.tick_of(len(rt))  # the run's next op in the lab's schedule
+        rt.append(Entry(tick, "forward", 1, 1.0, 0.0, 0.0, "running", None, graph="a graph"))
     assert len(rt.graphs) == len(rt)
     assert rt.graphs[-1] == "a graph" and rt.graphs[len(rt) - GRAPHS_KEPT] == "a graph"
     assert rt.graphs[GRAPHS_KEPT // 2] is None

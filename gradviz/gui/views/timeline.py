@@ -266,6 +266,7 @@ class PeakLine:
         keep[:, -1] = gap[:, -1]
         keep[:, 1] = keep[:, 4] = gappy
         keep[:, 2:5] &= at[:, 1:] != at[:, :-1]  # a point twice is drawn once
+        keep[:, 1] |= at[:, 0] == at[:, 1]  # once: a lowest or highest that opens the bucket stays
         self._x = np.concatenate((self._x, px[keep]))
         self._y = np.concatenate((self._y, py[keep]))
 
