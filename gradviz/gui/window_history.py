@@ -9,7 +9,6 @@ another thread is changing. Nothing here imports Qt or torch.
 from __future__ import annotations
 
 import math
-from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
@@ -317,44 +316,6 @@ class Recent(Sequence[T | None], Generic[T]):
         """Forget every op from index ``keep`` on."""
         del self._kept[max(keep - self.first, 0) :]
         self.first = min(self.first, keep)
-
-
-H = TypeVar("H")
-
-
-class Coded(Sequence[H]):
-    """A column of a few distinct values (op names, statuses, source lines), one byte per op
-    while there are at most 256 of them, two up to 65,536."""
-
-    def __init__(self) -> None:
-        self._words: list[H] = []
-        self._codes: dict[H, int] = {}
-        self._column = array("B")
-
-    def __len__(self) -> int:
-        return len(self._column)
-
-    @overload
-    def __getitem__(self, i: int) -> H: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[H]: ...
-    def __getitem__(self, i: int | slice) -> H | list[H]:
-        words = self._words
-        if isinstance(i, slice):
-            return [words[c] for c in self._column[i]]
-        return words[self._column[i]]
-
-    def append(self, word: H) -> None:
-        code = self._codes.get(word)
-        if code is None:
-            code = self._codes[word] = len(self._words)
-            self._words.append(word)
-            if code == 256**self._column.itemsize:  # one more than the codes' width holds
-                self._column = array("H" if code == 256 else "i", self._column)
-        self._column.append(code)
-
-    def truncate(self, keep: int) -> None:
-        del self._column[keep:]
 
 
 class HeldBackwards:

@@ -1,29 +1,14 @@
-"""What the window keeps per op stays small: coded columns, paths on a true surface, and the
-cells a long path's thinning remembers, bounded by the area the path covers, not its length."""
+"""What the window keeps per op stays small: paths on a true surface, and the cells a long path's
+thinning remembers, bounded by the area the path covers, not its length."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from gradviz.gui.surface_path import RunPath, SeenCells
-from gradviz.gui.window_history import Coded
 
 VIEW = ((-1.0, 1.0), (-1.0, 1.0))
 CELL = (2.0**-6, 2.0**-6)  # 128 cells across the view: a long wander covers its ring of them
-
-
-def test_a_coded_column_reads_back_every_value_and_widens_past_256_of_them():
-    lines: Coded[int] = Coded()
-    values = [i % 300 for i in range(1000)]
-    for v in values[:256]:
-        lines.append(v)
-    assert lines._column.itemsize == 1
-    for v in values[256:]:
-        lines.append(v)
-    assert lines._column.itemsize == 2
-    assert list(lines) == values and lines[-1] == values[-1] and lines[10:13] == values[10:13]
-    lines.truncate(5)
-    assert list(lines) == values[:5]
 
 
 def test_seen_cells_say_which_cells_are_new_and_remember_them():
