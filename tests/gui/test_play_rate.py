@@ -154,18 +154,19 @@ def test_full_speed_frames_show_the_newest_op_and_skip_the_ones_between(open_win
 
 
 def test_the_op_tape_shows_no_more_columns_for_a_long_history(qtbot) -> None:
-    from gradviz.gui.views.timeline import TAPE_COLUMNS, TimelineView
+    from gradviz.gui.views.timeline import _TAPE_RGBA, OPS, TAPE_COLUMNS, TimelineView
 
     view = TimelineView()
     qtbot.addWidget(view)
     rng = np.random.default_rng(0)
-    view._tape_rgba = rng.integers(0, 256, size=(50_000, 2, 4), dtype=np.ubyte)
+    view._tape_codes = rng.integers(0, len(OPS) + 1, size=(50_000, 2), dtype=np.ubyte)
     short, long = view._tape_columns(2_000), view._tape_columns(50_000)
     assert len(short) == 2_000, "a tick per column while they fit"
     assert TAPE_COLUMNS // 2 <= len(long) <= TAPE_COLUMNS + 1
     # A column is the mean colour of the ticks it stands for.
     k = view._tape_k
-    assert np.allclose(long[0], view._tape_rgba[:k].mean(axis=0), atol=1)
+    assert np.allclose(long[0], _TAPE_RGBA[view._tape_codes[:k]].mean(axis=0), atol=1)
+    assert np.array_equal(short, _TAPE_RGBA[view._tape_codes[:2_000]])
 
 
 def _bowl() -> np.ndarray:

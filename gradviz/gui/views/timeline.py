@@ -38,6 +38,8 @@ CURVE_BUCKETS = 512
 # The op tape's image keeps at most this many columns: beyond, a column is the mean colour
 # of the ticks it stands for (ops too dense to tell apart read as their mix).
 TAPE_COLUMNS = 2048
+# Ticks whose colours are made at a time when they are averaged into columns.
+TAPE_BLOCK = 1 << 16
 AXIS_WIDTH = 48
 LABEL_WIDTH = 70
 
@@ -791,7 +793,8 @@ class TimelineView(QWidget):
         self.floors: dict[str, Floor | None] = dict.fromkeys(LOG_ROWS)
         # The footprint rows this lab fills.
         self.footprint_rows: tuple[str, ...] = ()
-        self._tape_rgba = np.zeros((0, 1, 4), dtype=np.ubyte)
+        # A byte per tick and run: 0 where no op was, else 1 + the op's index in OPS.
+        self._tape_codes = np.zeros((0, 1), dtype=np.ubyte)
         self._tape_filled: list[int] = []  # ops of each run already in the tape's image
         self._tape_n = 0
         self._tape_k = 1  # ticks per column of the image shown
@@ -932,7 +935,7 @@ class TimelineView(QWidget):
                 self.plots[key].removeItem(c)
             curves.clear()
             self.lines[key].clear()
-        self._tape_rgba = np.zeros((0, len(info.runs), 4), dtype=np.ubyte)
+        self._tape_codes = np.zeros((0, len(info.runs)), dtype=np.ubyte)
         self._tape_filled = [0] * len(info.runs)
         self._tape_n = 0
         self._tape_k = 1
@@ -1217,14 +1220,14 @@ class TimelineView(QWidget):
         runs = len(info.runs)
         n = max(horizon + 1, 1)
         if n < self._tape_n:  # further back than drawn (a hidden future): paint it again
-            self._tape_rgba[:] = 0
+            self._tape_codes[:] = 0
             self._tape_filled = [0] * runs
             self._tape_done = n + 1  # and average it again
-        if n > len(self._tape_rgba):
-            grown = np.zeros((max(n, 2 * len(self._tape_rgba), 256), runs, 4), dtype=np.ubyte)
-            grown[: len(self._tape_rgba)] = self._tape_rgba
-            self._tape_rgba = grown
-        code = {op: i for i, op in enumerate(OPS)}
+        if n > len(self._tape_codes):
+            grown = np.zeros((max(n, 2 * len(self._tape_codes), 256), runs), dtype=np.ubyte)
+            grown[: len(self._tape_codes)] = self._tape_codes
+            self._tape_codes = grown
+        code = {op: i + 1 for i, op in enumerate(OPS)}
         for r, run in enumerate(info.runs):
             rt = history.runs[run.name]
             count = rt.index_at(horizon) + 1
@@ -1232,9 +1235,9 @@ class TimelineView(QWidget):
             if count <= start:
                 continue
             ticks = np.asarray(rt.ticks[start:count])
-            ops = np.fromiter((code[o] for o in rt.ops[start:count]), dtype=np.intp, count=count - start)
+            ops = np.fromiter((code[o] for o in rt.ops[start:count]), dtype=np.ubyte, count=count - start)
             # Row 0 is drawn at the top: the first run heads the tape as in the legend.
-            self._tape_rgba[ticks, runs - 1 - r] = _OP_RGBA[ops]
+            self._tape_codes[ticks, runs - 1 - r] = ops
             self._tape_filled[r] = count
         self._tape_n = n
         self.tape_image.setImage(self._tape_columns(n), levels=(0, 255), autoLevels=False)
@@ -1284,26 +1287,36 @@ class TimelineView(QWidget):
         k = 1
         while n > k * TAPE_COLUMNS:
             k *= 2
+        codes = self._tape_codes
         if k == 1:
-            return self._tape_rgba[:n]
+            return _TAPE_RGBA[codes[:n]]
         if k != self._tape_k or self._tape_done > n:
             self._tape_k, self._tape_done = k, 0
-            self._tape_means = np.zeros((0, *self._tape_rgba.shape[1:]))
+            self._tape_means = np.zeros((0, codes.shape[1], 4))
         full = n // k * k
         if full > self._tape_done:
-            new = self._tape_rgba[self._tape_done : full].reshape(-1, k, *self._tape_rgba.shape[1:])
-            self._tape_means = np.concatenate((self._tape_means, new.mean(axis=1)))
+            # In blocks of whole columns, so the colours of a long history are never all made at once.
+            step = max(TAPE_BLOCK // k, 1) * k
+            means = [self._tape_means]
+            for at in range(self._tape_done, full, step):
+                block = _TAPE_RGBA[codes[at : min(at + step, full)]]
+                means.append(block.reshape(-1, k, *block.shape[1:]).mean(axis=1))
+            self._tape_means = np.concatenate(means)
             self._tape_done = full
         columns = self._tape_means
         if full < n:
-            columns = np.concatenate((columns, self._tape_rgba[full:n].mean(axis=0, keepdims=True)))
+            columns = np.concatenate((columns, _TAPE_RGBA[codes[full:n]].mean(axis=0, keepdims=True)))
         return columns.astype(np.ubyte)
 
 
-_OP_RGBA = np.array(
+# A tape code's colour: 0 (no op at that tick) is clear, 1 + i the colour of OPS[i].
+_TAPE_RGBA = np.array(
     [
-        (QColor(OP_COLORS[op]).red(), QColor(OP_COLORS[op]).green(), QColor(OP_COLORS[op]).blue(), 255)
-        for op in OPS
+        (0, 0, 0, 0),
+        *(
+            (QColor(OP_COLORS[op]).red(), QColor(OP_COLORS[op]).green(), QColor(OP_COLORS[op]).blue(), 255)
+            for op in OPS
+        ),
     ],
     dtype=np.ubyte,
 )
