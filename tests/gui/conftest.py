@@ -52,3 +52,27 @@ def open_window(qtbot):
 def pytest_configure(config: pytest.Config) -> None:
     # Also declared in pyproject.toml; registered here so the GUI suite runs on its own.
     config.addinivalue_line("markers", "gl: needs an OpenGL context (run under xvfb-run)")
+
+
+@pytest.fixture
+def inline_window(qtbot):
+    """``inline_window(scenario, graph=True)``: the window over an inline lab (ops run as they are
+    asked for), the graph view shown or not."""
+    from gradviz.gui.controller import Controller
+    from gradviz.gui.window import MainWindow
+
+    made = []
+
+    def make(scenario: str, graph: bool = True) -> MainWindow:
+        w = MainWindow(Controller(threaded=False), interactive=False)
+        qtbot.addWidget(w)
+        w.resize(1280, 720)
+        w.show_panel("graph", graph)
+        w.show()
+        w.controller.open(scenario)
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.controller.shutdown()

@@ -86,32 +86,9 @@ def test_the_window_keeps_the_graphs_of_its_last_ops_only(threaded_window, qtbot
     assert all(rt.graphs[i] is not None for i in graph_ops)
 
 
-@pytest.fixture
-def window(qtbot):
-    """``window(scenario)``: the window over an inline lab, the graph view closed."""
-    from gradviz.gui.controller import Controller
-    from gradviz.gui.window import MainWindow
-
-    made = []
-
-    def make(scenario: str):
-        w = MainWindow(Controller(threaded=False), interactive=False)
-        qtbot.addWidget(w)
-        w.resize(1280, 720)
-        w.show_panel("graph", False)
-        w.show()
-        w.controller.open(scenario)
-        made.append(w)
-        return w
-
-    yield make
-    for w in made:
-        w.controller.shutdown()
-
-
 @pytest.mark.parametrize(("scenario", "run"), [("forgot-zero-grad", "yours"), ("gan-detach", "no-detach")])
-def test_the_view_opened_after_ops_ran_without_it_shows_that_moments_graph(window, scenario, run):
-    w = window(scenario)
+def test_the_view_opened_after_ops_ran_without_it_shows_that_moments_graph(inline_window, scenario, run):
+    w = inline_window(scenario, graph=False)
     c = w.controller
     lab = c.worker.lab
     tpi = lab.ticks_per_iteration
@@ -159,11 +136,11 @@ def test_an_export_longer_than_the_graphs_kept_draws_every_frame_s_graph(qapp, t
     assert len(backwards) >= 3 * GRAPHS_KEPT // 4 - 1
 
 
-def test_the_view_opened_just_after_a_forward_shows_the_graph_it_built(window):
+def test_the_view_opened_just_after_a_forward_shows_the_graph_it_built(inline_window):
     from gradviz.engine import Lab
     from gradviz.engine.graph import graph_of, run_params
 
-    w = window("forgot-zero-grad")
+    w = inline_window("forgot-zero-grad", graph=False)
     c = w.controller
     lab = c.worker.lab
     tpi = lab.ticks_per_iteration

@@ -16,29 +16,6 @@ from gradviz.gui.views.graph import layered
 from tests.engine.test_graph import independent_walk
 
 
-@pytest.fixture
-def window(qtbot):
-    """``window(scenario, graph=True)``: the window over an inline lab, the graph view shown or not."""
-    from gradviz.gui.controller import Controller
-    from gradviz.gui.window import MainWindow
-
-    made = []
-
-    def make(scenario: str, graph: bool = True) -> MainWindow:
-        w = MainWindow(Controller(threaded=False), interactive=False)
-        qtbot.addWidget(w)
-        w.resize(1280, 720)
-        w.show_panel("graph", graph)
-        w.show()
-        w.controller.open(scenario)
-        made.append(w)
-        return w
-
-    yield make
-    for w in made:
-        w.controller.shutdown()
-
-
 def texts(w) -> list[str]:
     """Every line of text drawn in the graph, a title broken on two lines as one."""
     items = [i for i in w.graph.items.visible() if isinstance(i, QGraphicsSimpleTextItem)]
@@ -67,8 +44,8 @@ def live_loss(scenario: str, run: str, forward: int):
                 return target, target._live_loss[slot.phase]
 
 
-def test_after_a_forward_the_view_shows_the_graph_pytorch_built(window):
-    w = window("forgot-zero-grad")
+def test_after_a_forward_the_view_shows_the_graph_pytorch_built(inline_window):
+    w = inline_window("forgot-zero-grad")
     step(w, 2)  # zero_grad, forward
     run, loss = live_loss("forgot-zero-grad", "yours", 1)
     _, names, edges = independent_walk(loss)
@@ -84,8 +61,8 @@ def test_after_a_forward_the_view_shows_the_graph_pytorch_built(window):
     assert "backward() has not run yet" in w.graph.note.text()
 
 
-def test_the_traversal_is_pytorch_s_execution_order(window):
-    w = window("two-batch-accumulation")
+def test_the_traversal_is_pytorch_s_execution_order(inline_window):
+    w = inline_window("two-batch-accumulation")
     step(w, 3)  # zero_grad, forward, backward
     _, loss = live_loss("two-batch-accumulation", "yours", 1)
     nodes, _, _ = independent_walk(loss)
@@ -99,8 +76,8 @@ def test_the_traversal_is_pytorch_s_execution_order(window):
     assert [name for _, name in numbered] == fired == [graph.nodes[i].name for i in graph.order]
 
 
-def test_accumulate_grad_shows_the_addition_the_ledger_shows(window):
-    w = window("two-batch-accumulation")
+def test_accumulate_grad_shows_the_addition_the_ledger_shows(inline_window):
+    w = inline_window("two-batch-accumulation")
     step(w, 5)  # zero_grad, forward, backward, forward, backward
     history = w.controller.history
     rt = history.runs["yours"]
@@ -119,8 +96,8 @@ def test_accumulate_grad_shows_the_addition_the_ledger_shows(window):
     )
 
 
-def test_an_animated_backward_narrates_the_node_it_has_reached(window):
-    w = window("two-batch-accumulation")
+def test_an_animated_backward_narrates_the_node_it_has_reached(inline_window):
+    w = inline_window("two-batch-accumulation")
     for _ in range(3):  # zero_grad, forward, backward: the live end, so the traversal is animated
         assert w.controller.next_op()
     w.redraw()
@@ -140,8 +117,8 @@ def test_an_animated_backward_narrates_the_node_it_has_reached(window):
 
 
 @pytest.mark.parametrize(("run", "reaches_g"), [("no-detach", True), ("detach", False), ("no-grad", False)])
-def test_the_gan_cut_no_generator_leaf_with_detach_or_no_grad(window, run, reaches_g):
-    w = window("gan-detach")
+def test_the_gan_cut_no_generator_leaf_with_detach_or_no_grad(inline_window, run, reaches_g):
+    w = inline_window("gan-detach")
     w.graph.set_run(run)
     step(w, 3)  # the discriminator's zero_grad, forward, backward
     graph = w.graph.shown.graph
@@ -161,8 +138,8 @@ def test_the_gan_cut_no_generator_leaf_with_detach_or_no_grad(window, run, reach
     ("run", "cut"),
     [("no-detach", None), ("detach", "fake.detach()"), ("no-grad", "fake: made under torch.no_grad()")],
 )
-def test_the_cut_is_drawn_below_the_node_that_took_fake_in(window, run, cut):
-    w = window("gan-detach")
+def test_the_cut_is_drawn_below_the_node_that_took_fake_in(inline_window, run, cut):
+    w = inline_window("gan-detach")
     w.graph.set_run(run)
     step(w, 3)
     drawn = texts(w)
@@ -175,8 +152,8 @@ def test_the_cut_is_drawn_below_the_node_that_took_fake_in(window, run, cut):
     assert graph.nodes[graph.cuts[0].node].name == "AddmmBackward0"
 
 
-def test_a_second_backward_through_the_freed_graph_shows_pytorchs_error(window):
-    w = window("backward-twice")  # run no-retain first
+def test_a_second_backward_through_the_freed_graph_shows_pytorchs_error(inline_window):
+    w = inline_window("backward-twice")  # run no-retain first
     step(w, 4)  # zero_grad, forward, backward, backward: the second raises
     note = w.graph.note.text()
     assert note.startswith(
@@ -204,8 +181,8 @@ def raised_in(scenario: str, run: str) -> str:
     return started[-1]
 
 
-def test_the_view_opened_between_two_backwards_names_the_node_whose_saved_tensors_were_freed(window):
-    w = window("backward-twice", graph=False)
+def test_the_view_opened_between_two_backwards_names_the_node_whose_saved_tensors_were_freed(inline_window):
+    w = inline_window("backward-twice", graph=False)
     step(w, 3)  # zero_grad, forward, backward: the graph freed while no view captured it
     w.show_panel("graph", True)
     step(w, 1)  # the second backward raises
@@ -215,7 +192,7 @@ def test_the_view_opened_between_two_backwards_names_the_node_whose_saved_tensor
     assert graph.nodes[graph.failed].name == name
     assert "backward() raised here: saved tensors freed" in texts(w)
     # Opened only after the run raised: the graph is that backward's, from a replay of the scenario.
-    late = window("backward-twice", graph=False)
+    late = inline_window("backward-twice", graph=False)
     step(late, 4)
     late.show_panel("graph", True)
     late.redraw()
@@ -252,16 +229,16 @@ def test_a_graph_opened_after_a_backward_raised_is_walked_again_off_the_gui_thre
         w.controller.shutdown()
 
 
-def test_after_step_the_graph_is_drawn_freed_and_says_so(window):
-    w = window("forgot-zero-grad")
+def test_after_step_the_graph_is_drawn_freed_and_says_so(inline_window):
+    w = inline_window("forgot-zero-grad")
     step(w, 4)  # zero_grad, forward, backward, step
     assert w.graph.shown.freed
     assert w.graph.note.text().startswith("Freed")
     assert any(t.endswith("· freed") for t in texts(w))
 
 
-def test_capture_only_while_the_view_is_shown(window):
-    w = window("forgot-zero-grad", graph=False)
+def test_capture_only_while_the_view_is_shown(inline_window):
+    w = inline_window("forgot-zero-grad", graph=False)
     lab = w.controller.worker.lab
     assert all(r.graph_observer is None for r in lab.runs)
     step(w, 3)
@@ -274,8 +251,8 @@ def test_capture_only_while_the_view_is_shown(window):
     assert all(r.graph_observer is None for r in lab.runs)
 
 
-def test_hiding_the_graph_gives_the_other_columns_back_the_split_the_reader_had(window, qtbot):
-    w = window("forgot-zero-grad", graph=False)
+def test_hiding_the_graph_gives_the_other_columns_back_the_split_the_reader_had(inline_window, qtbot):
+    w = inline_window("forgot-zero-grad", graph=False)
     QApplication.processEvents()
     total = sum(w.split.sizes())
     w.split.setSizes([300, total - 300, 0])  # the reader drags the split
@@ -303,8 +280,8 @@ def test_layers_put_every_edge_downwards():
     ("run", "layers", "tanhs"),
     [("no-detach", {"D.0", "D.2", "G.0", "G.2"}, 3), ("detach", {"D.0", "D.2"}, 2)],
 )
-def test_one_box_per_layer_holds_each_module_s_nodes(window, run, layers, tanhs):
-    w = window("gan-detach")
+def test_one_box_per_layer_holds_each_module_s_nodes(inline_window, run, layers, tanhs):
+    w = inline_window("gan-detach")
     w.graph.set_run(run)
     w.graph.grouped.setChecked(True)
     step(w, 3)
@@ -314,10 +291,10 @@ def test_one_box_per_layer_holds_each_module_s_nodes(window, run, layers, tanhs)
     assert sum(t.endswith("TanhBackward0") for t in texts(w)) == tanhs
 
 
-def test_one_box_per_layer_draws_a_recurrent_layer_as_its_chain_of_time_steps(window):
+def test_one_box_per_layer_draws_a_recurrent_layer_as_its_chain_of_time_steps(inline_window):
     from gradviz.gui.views.graph import chunk_title, collapse
 
-    w = window("rnn-tbptt")
+    w = inline_window("rnn-tbptt")
     w.graph.grouped.setChecked(True)
     step(w, 3)  # zero_grad, forward, backward
     graph = w.graph.shown.graph
@@ -492,10 +469,10 @@ def test_a_graph_too_large_node_by_node_is_drawn_one_box_per_layer_and_says_so(q
     assert any(t.endswith("rnn step 8") for t in drawn) and not any(t[-13:] == "TanhBackward0" for t in drawn)
 
 
-def test_the_window_s_default_layout_shows_a_chain_s_graph_whole_and_readable(window, qtbot):
+def test_the_window_s_default_layout_shows_a_chain_s_graph_whole_and_readable(inline_window, qtbot):
     from gradviz.gui.views.graph import MIN_POINTS, SMALL_TYPE
 
-    w = window("two-batch-accumulation")
+    w = inline_window("two-batch-accumulation")
     assert w.width() == 1280 and w.height() == 720
     for ops in (2, 1, 2):  # after the forward, after its backward, after the second backward
         step(w, ops)
@@ -510,10 +487,10 @@ def test_the_window_s_default_layout_shows_a_chain_s_graph_whole_and_readable(wi
 
 
 @pytest.mark.parametrize(("scenario", "ops"), [("gan-detach", 3), ("gan-detach", 4), ("rnn-tbptt", 3)])
-def test_the_window_s_graph_column_holds_a_gan_s_and_an_rnn_s_graph_whole(window, scenario, ops):
+def test_the_window_s_graph_column_holds_a_gan_s_and_an_rnn_s_graph_whole(inline_window, scenario, ops):
     from gradviz.gui.views.graph import MIN_POINTS, SMALL_TYPE, chunk_title, collapse
 
-    w = window(scenario)
+    w = inline_window(scenario)
     step(w, ops)  # after the backward (and after the step)
     QApplication.processEvents()
     view = w.graph
