@@ -268,6 +268,7 @@ class Handed:
         self.calls: list[object] = []
         for cls, name in (
             (pg.PlotDataItem, "setData"),
+            (pg.PlotCurveItem, "setData"),
             (pg.ScatterPlotItem, "setData"),
             (pg.TextItem, "setPos"),
             (pg.TextItem, "setHtml"),

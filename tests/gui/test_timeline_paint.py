@@ -67,13 +67,13 @@ def test_a_dashed_line_is_cut_into_its_pattern_and_broken_at_a_gap() -> None:
 
 
 def test_the_reference_run_is_drawn_dashed_and_holds_its_own_series(open_window, qtbot) -> None:
-    from gradviz.gui.views.dashes import DashedLine
+    from gradviz.gui.views.dashes import DashedCurve
     from gradviz.gui.views.timeline import log10_or_zero
 
     w = open_window("forgot-zero-grad")
     press(qtbot, w, Qt.Key.Key_Right, 40)
     tl, c = w.timeline, w.controller
-    dashed = [i for i, curve in enumerate(tl.curves["loss"]) if isinstance(curve, DashedLine)]
+    dashed = [i for i, curve in enumerate(tl.curves["loss"]) if isinstance(curve, DashedCurve)]
     assert dashed and len(dashed) < len(c.info.runs), "the first run solid, the others dashed"
     i = dashed[0]
     rt = c.history.runs[c.info.runs[i].name]

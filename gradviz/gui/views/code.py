@@ -210,6 +210,7 @@ class CodeView(QWidget):
         self.run_name: str | None = None
         self.shown: tuple[int, ...] = ()
         self.lines: list[DisplayLine] = []
+        self._rows: dict[tuple[int, int], int] = {}
         self.marks: dict[int, Marks] = {}
         self.toggles: list[tuple[int, QCheckBox]] = []
         # Width of the column at the editor's right edge that holds the line checkboxes that
@@ -362,6 +363,12 @@ class CodeView(QWidget):
         # The old checkboxes go first: the new text repositions whatever toggles exist.
         self._clear_toggles()
         self.lines = merged_lines([runs[i] for i in self.shown], self.shown)
+        # Each shown run's source line's row, first come: the marks look them up every op.
+        self._rows = {}
+        for row, d in enumerate(self.lines):
+            for run, number in zip(d.runs, d.numbers or (d.number,), strict=False):
+                if number is not None:
+                    self._rows.setdefault((run, number), row)
         self.marks = {}
         self.editor.setPlainText("\n".join(d.text for d in self.lines))
         self._make_toggles()
@@ -670,7 +677,7 @@ class CodeView(QWidget):
 
     def row_of(self, run: int, number: int) -> int:
         """The panel's row of line ``number`` of run ``run``'s source (-1 where not shown)."""
-        return next((r for r, d in enumerate(self.lines) if d.number_in(run) == number), -1)
+        return self._rows.get((run, number), -1)
 
     def _row_of(self, number: int) -> int:
         return self.row_of(self.shown[0], number) if self.shown else -1

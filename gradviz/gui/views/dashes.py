@@ -122,3 +122,12 @@ def plot_line(pen: QPen, **options: Any) -> pg.PlotDataItem:
     """A series drawn with ``pen``: a plain :class:`pyqtgraph.PlotDataItem` where it is solid."""
     kind = pg.PlotDataItem if pen.style() == Qt.PenStyle.SolidLine else DashedLine
     return kind(pen=pen, **options)
+
+
+def curve_line(pen: QPen, **options: Any) -> pg.PlotCurveItem:
+    """A series already thinned to the plot's pixels, drawn with ``pen`` as a bare curve item.
+
+    A :class:`pyqtgraph.PlotDataItem` would clip and thin it again on every ``setData``.
+    """
+    kind = pg.PlotCurveItem if pen.style() == Qt.PenStyle.SolidLine else DashedCurve
+    return kind(pen=pen, **options)

@@ -196,6 +196,9 @@ class SurfaceView(QWidget):
         self.plot = self.plot_widget.getPlotItem()
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
+        # The left axis changes only with the range: painted from a pixmap while the paths move.
+        # (The bottom one draws its line just outside its bounds, which a pixmap would cut.)
+        self.plot.getAxis("left").setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self.image = pg.ImageItem()
         self.image.setZValue(-10)
         # The shading and contours change only when the range does: paint them from a pixmap.

@@ -24,10 +24,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QPainterPath, QPen, QResizeEvent, QTransform
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QLabel, QVBoxLayout, QWidget
 
 from gradviz.gui.theme import LIGHT, OP_COLORS, OP_LETTERS, Theme, run_color, run_dash, run_glyph, run_symbol
-from gradviz.gui.views.dashes import plot_line
+from gradviz.gui.views.dashes import curve_line
 from gradviz.gui.views.grads import iteration_peak
 from gradviz.gui.window_history import LabInfo, Moment
 
@@ -746,6 +746,9 @@ class TimelineView(QWidget):
             plot.setClipToView(True)
             plot.setDownsampling(auto=True, mode="peak")
             plot.getAxis("left").setWidth(AXIS_WIDTH)
+            # The values axis changes only with the range: painted from a pixmap while the curves
+            # grow. (A bottom axis draws its line just outside its bounds, which a pixmap would cut.)
+            plot.getAxis("left").setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             if key != "tape":
                 plot.getAxis("bottom").setStyle(showValues=False)
             if key != "loss":
@@ -778,7 +781,8 @@ class TimelineView(QWidget):
         self.plots["tape"].getViewBox().sigRangeChanged.connect(self._draw_letters)
         self.plots["tape"].getViewBox().sigResized.connect(self._draw_letters)
         self._moment: Moment | None = None
-        self.curves: dict[str, list[pg.PlotDataItem]] = {key: [] for key in ROW_MIN_PX}
+        # Lines are bare curve items: what they are handed is thinned already (PeakLine).
+        self.curves: dict[str, list[pg.PlotCurveItem | pg.PlotDataItem]] = {key: [] for key in ROW_MIN_PX}
         # What each curve draws, kept between frames so that new ops cost only themselves.
         self.lines: dict[str, list[PeakLine]] = {key: [] for key in ROW_MIN_PX}
         self.end_labels = {key: EndLabels(self.plots[key]) for key in LABELLED_ROWS}
@@ -958,7 +962,7 @@ class TimelineView(QWidget):
                         pen=None, symbol=run_symbol(i), symbolBrush=colour, symbolPen=pen, name=run.name
                     )
                     if key == "nodes"
-                    else plot_line(pen, connect="finite", name=run.name)
+                    else curve_line(pen, connect="finite", name=run.name)
                 )
                 self.plots[key].addItem(curve)
                 self.curves[key].append(curve)
@@ -969,7 +973,7 @@ class TimelineView(QWidget):
         for labels in self.end_labels.values():
             labels.set_runs([QColor(run_color(i)) for i in range(len(info.runs))])
         for i in range(1, len(info.runs)):
-            curve = plot_line(pg.mkPen(QColor(run_color(i)), width=2, style=run_dash(i)), connect="finite")
+            curve = curve_line(pg.mkPen(QColor(run_color(i)), width=2, style=run_dash(i)), connect="finite")
             self.plots["distance"].addItem(curve)
             self.curves["distance"].append(curve)
             # Linear: identical runs sit at a visible 0 instead of vanishing from a log axis.
@@ -1176,7 +1180,9 @@ class TimelineView(QWidget):
             self._fitted[key] = span
             self.plots[key].setYRange(*span)
 
-    def _hand(self, item: pg.PlotDataItem | pg.ScatterPlotItem, x: np.ndarray, y: np.ndarray) -> None:
+    def _hand(
+        self, item: pg.PlotCurveItem | pg.PlotDataItem | pg.ScatterPlotItem, x: np.ndarray, y: np.ndarray
+    ) -> None:
         """Give ``item`` the points ``x``, ``y`` unless they are the ones it already draws."""
         was = self._handed.get(id(item))
         if was is not None and np.array_equal(was[0], x) and np.array_equal(was[1], y, equal_nan=True):
