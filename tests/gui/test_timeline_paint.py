@@ -1,5 +1,6 @@
-"""What a frame of the timeline costs Qt: one paint per frame however its ranges grow, rows
-ranged as pyqtgraph's own auto-range would range them, and dashed runs still dashed."""
+"""What a frame of the timeline costs Qt: one paint per frame however its ranges grow, ranges that
+grow with room to spare during Play, rows ranged as pyqtgraph's own auto-range would range them
+once paused, and dashed runs still dashed."""
 
 from __future__ import annotations
 
@@ -51,6 +52,53 @@ def test_each_row_is_ranged_as_pyqtgraph_would_range_it(open_window, qtbot) -> N
         box.disableAutoRange()
         checked += 1
     assert checked >= 3
+
+
+def _holds_its_points(tl, key: str) -> bool:
+    """Whether row ``key`` shows every point its curves were handed."""
+    low, high = tl.plots[key].viewRange()[1]
+    ys = [c.getData()[1] for c in tl.curves[key]]
+    y = np.concatenate([v[np.isfinite(v)] for v in ys if v is not None])
+    return bool(y.size == 0 or (low <= y.min() and y.max() <= high))
+
+
+def test_while_play_runs_a_climbing_row_moves_its_axis_seldom_and_fits_again_at_the_pause(
+    open_window, qtbot
+) -> None:
+    from dataclasses import replace
+
+    from gradviz.engine import load_scenario
+
+    # Yours never zeroes .grad: its ‖grad‖ climbs, a new highest value at almost every step.
+    w = open_window(replace(load_scenario("forgot-zero-grad"), iterations=100_000))
+    tl, c = w.timeline, w.controller
+    frames, moves, held = [], 0, []
+
+    def drawn() -> None:
+        span = tl.plots["grad"].viewRange()[1]
+        nonlocal moves
+        moves += bool(frames) and span != frames[-1]
+        frames.append(span)
+        held.append(all(_holds_its_points(tl, key) for key in ("loss", "grad", "distance")))
+
+    w.frame_drawn.connect(drawn)
+    c.set_speed(0)
+    c.play()
+    qtbot.waitUntil(lambda: len(frames) >= 40 and c.history.last_tick > 400, timeout=60000)
+    c.pause()
+    w.frame_drawn.disconnect(drawn)
+    assert all(held), "every frame's rows show all their points"
+    assert moves <= len(frames) // 6, f"the ‖grad‖ axis moved in {moves} of {len(frames)} frames"
+    qtbot.waitUntil(lambda: not c.busy, timeout=30000)
+    _painted(qtbot)
+    # Paused, each row is ranged as pyqtgraph's own auto-range would range its points.
+    for key in ("loss", "grad", "distance"):
+        box = tl.plots[key].getViewBox()
+        ours = box.viewRange()[1]
+        box.enableAutoRange(y=True)
+        box.updateAutoRange()
+        assert box.viewRange()[1] == pytest.approx(ours, rel=1e-9, abs=1e-12), key
+        box.disableAutoRange()
 
 
 def test_a_dashed_line_is_cut_into_its_pattern_and_broken_at_a_gap() -> None:

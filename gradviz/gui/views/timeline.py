@@ -74,6 +74,10 @@ NICE = (1.0, 2.0, 2.5, 5.0)
 FLOOR_GAP, FLOOR_BAND = 0.1, 0.2
 # The least span of log10 values a floor band is sized by: a tenth of a decade.
 FLOOR_SPAN = 0.1
+# While Play runs, a row's range grows this part of its height beyond what it must hold whenever
+# its points outgrow it, so a series that climbs steadily (a ‖grad‖ never zeroed) moves its axis a
+# few times instead of every frame; at a pause the row fits its points again.
+GROWTH = 0.25
 # The op tape shows its letters once a tick's cell is at least this many times a letter's height wide.
 LETTER_ROOM = 0.9
 
@@ -89,9 +93,12 @@ def label_spacing(font: QFont | None) -> float:
 
 
 def _thin(values: list[float], most: int) -> list[float]:
-    """Every k-th value, the fewest k that leaves at most ``most`` of them."""
+    """Every k-th value, the fewest k that leaves at most ``most`` of them; the first and the last
+    where only two fit (as far apart as they can be: a short row keeps both)."""
     if len(values) <= most:
         return values
+    if most <= 2:
+        return [values[0], values[-1]]
     k = int(np.ceil(len(values) / most))
     return values[::k]
 
@@ -690,6 +697,14 @@ def fitted_span(spans: Sequence[tuple[float, float, float]], height: float) -> t
     return lo, hi
 
 
+def grown_span(shown: tuple[float, float], wanted: tuple[float, float]) -> tuple[float, float]:
+    """The span a row shows while Play runs: ``shown`` while it holds ``wanted``, else ``wanted``
+    widened by :data:`GROWTH` of its height on each side where it outgrew ``shown``."""
+    lo, hi = wanted
+    room = GROWTH * (hi - lo)
+    return (lo - room if lo < shown[0] else shown[0], hi + room if hi > shown[1] else shown[1])
+
+
 def _end_of(x: np.ndarray, y: np.ndarray, name: str) -> tuple[float, float, str] | None:
     """Where a series ends (its last finite point) and the name to put there."""
     finite = np.flatnonzero(np.isfinite(y))
@@ -762,6 +777,10 @@ class TimelineView(QWidget):
         # it is painted: pyqtgraph's auto-range would move it during the paint and paint again.
         # The x range is the loss row's, set by draw, and the tape's y its runs.
         self._fitted: dict[str, tuple[float, float]] = {}
+        # Whether Play runs (the ranges grow with room to spare) and, then, each log row's span
+        # of positive values its floor band is placed by.
+        self.growing = False
+        self._positive: dict[str, tuple[float, float]] = {}
         for plot in self.plots.values():
             plot.disableAutoRange()
         for key in ROW_MIN_PX:
@@ -1165,6 +1184,15 @@ class TimelineView(QWidget):
             self._fit_row(key)
         self._draw_tape(moment)
 
+    def set_growing(self, on: bool) -> None:
+        """While ``on`` (Play runs) the rows' ranges grow with room to spare (:func:`grown_span`);
+        turned off, each row fits its points again at once."""
+        self.growing = on
+        self._positive.clear()
+        if not on and self._moment is not None:
+            self._drawn = None  # the floor bands too are placed for the points alone
+            self.draw(self._moment)
+
     def _fit_row(self, key: str, *_: Any) -> None:
         """Set curve row ``key``'s y range to hold what it was handed (unless an export fixed it)."""
         if self.fixed_ranges is not None or not self.plots[key].isVisible():
@@ -1176,6 +1204,8 @@ class TimelineView(QWidget):
             if y.size:
                 spans.append((float(y.min()), float(y.max()), float(item.pixelPadding())))
         span = fitted_span(spans, self.plots[key].getViewBox().height())
+        if span is not None and self.growing and key in self._fitted:
+            span = grown_span(self._fitted[key], span)
         if span is not None and span != self._fitted.get(key):
             self._fitted[key] = span
             self.plots[key].setYRange(*span)
@@ -1199,7 +1229,11 @@ class TimelineView(QWidget):
             span = fixed.get(f"{key}:zero")
             floor = floor_below(*span) if span is not None else None
         else:
-            _, floor = log_row_range(np.concatenate([y for _, y in points]) if points else np.zeros(0))
+            span, floor = log_row_range(np.concatenate([y for _, y in points]) if points else np.zeros(0))
+            if floor is not None and span is not None and self.growing:
+                # The band moves only when the positive values outgrow the room kept for them.
+                span = self._positive[key] = grown_span(self._positive.get(key, span), span)
+                floor = floor_below(*span, alone=floor.alone)
         self.floors[key] = floor
         axis = self.plots[key].getAxis("left")
         if axis.floor != floor:
