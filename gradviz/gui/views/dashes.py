@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QLineF, Qt
-from PySide6.QtGui import QPainter, QPen
+from PySide6.QtGui import QPainter, QPen, QTransform
 
 
 def dash_lines(x: np.ndarray, y: np.ndarray, pattern: list[float], offset: float = 0.0) -> np.ndarray:
@@ -63,6 +63,25 @@ class DashedCurve(pg.PlotCurveItem):
         super().__init__(*args, **kwargs)
         self._segments = pg.Qt.internals.PrimitiveArray(QLineF, 4)
         self._cut_for: tuple[Any, ...] | None = None
+        # A curve this one goes on from: its pattern starts where the lead's drawn length ends.
+        self.lead: DashedCurve | None = None
+        self._length_for: tuple[Any, ...] | None = None
+        self._length = 0.0
+
+    def drawn_length(self, t: QTransform) -> float:
+        """The pixels this line's drawn pieces come to under the painter's transform ``t``."""
+        x, y = self.xData, self.yData
+        if x is None or y is None or len(x) < 2:
+            return 0.0
+        key = (x, y, t.m11(), t.m12(), t.m21(), t.m22())  # lengths do not change with a translation
+        was = self._length_for
+        if was is None or was[0] is not x or was[1] is not y or was[2:] != key[2:]:
+            px, py = t.m11() * x + t.m21() * y, t.m12() * x + t.m22() * y
+            with np.errstate(invalid="ignore"):
+                length = np.hypot(np.diff(px), np.diff(py))
+            self._length = float(np.where(np.isfinite(length), length, 0.0).sum())
+            self._length_for = key
+        return self._length
 
     def paint(self, p: QPainter, opt: Any, widget: Any) -> None:
         pen = self.opts["pen"]
@@ -79,16 +98,17 @@ class DashedCurve(pg.PlotCurveItem):
             super().paint(p, opt, widget)
             return
         t = p.transform()
+        width = max(pen.widthF(), 1.0)
+        offset = pen.dashOffset() * width + (self.lead.drawn_length(t) if self.lead is not None else 0.0)
         # The cut holds while the data (new arrays on every setData) and its place on screen do.
-        key = (x, y, t.m11(), t.m12(), t.m21(), t.m22(), t.m31(), t.m32(), pen.widthF(), pen.dashOffset())
+        key = (x, y, t.m11(), t.m12(), t.m21(), t.m22(), t.m31(), t.m32(), pen.widthF(), offset)
         was = self._cut_for
         if was is None or was[0] is not x or was[1] is not y or was[2:] != key[2:]:
-            width = max(pen.widthF(), 1.0)
             lines = dash_lines(
                 t.m11() * x + t.m21() * y + t.m31(),
                 t.m12() * x + t.m22() * y + t.m32(),
                 [d * width for d in pen.dashPattern()],
-                pen.dashOffset() * width,
+                offset,
             )
             self._segments.resize(len(lines))
             if len(lines):

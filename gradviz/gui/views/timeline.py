@@ -27,7 +27,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QPainterPath, QPe
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QVBoxLayout, QWidget
 
 from gradviz.gui.theme import LIGHT, OP_COLORS, OP_LETTERS, Theme, run_color, run_dash, run_glyph, run_symbol
-from gradviz.gui.views.dashes import curve_line
+from gradviz.gui.views.growing import GrowingLine
 from gradviz.gui.views.grads import iteration_peak
 from gradviz.gui.window_history import LabInfo, Moment
 
@@ -800,8 +800,8 @@ class TimelineView(QWidget):
         self.plots["tape"].getViewBox().sigRangeChanged.connect(self._draw_letters)
         self.plots["tape"].getViewBox().sigResized.connect(self._draw_letters)
         self._moment: Moment | None = None
-        # Lines are bare curve items: what they are handed is thinned already (PeakLine).
-        self.curves: dict[str, list[pg.PlotCurveItem | pg.PlotDataItem]] = {key: [] for key in ROW_MIN_PX}
+        # Lines grow at their ends (GrowingLine); the walked row's markers are a PlotDataItem.
+        self.curves: dict[str, list[GrowingLine | pg.PlotDataItem]] = {key: [] for key in ROW_MIN_PX}
         # What each curve draws, kept between frames so that new ops cost only themselves.
         self.lines: dict[str, list[PeakLine]] = {key: [] for key in ROW_MIN_PX}
         self.end_labels = {key: EndLabels(self.plots[key]) for key in LABELLED_ROWS}
@@ -981,7 +981,7 @@ class TimelineView(QWidget):
                         pen=None, symbol=run_symbol(i), symbolBrush=colour, symbolPen=pen, name=run.name
                     )
                     if key == "nodes"
-                    else curve_line(pen, connect="finite", name=run.name)
+                    else GrowingLine(pen, connect="finite", name=run.name)
                 )
                 self.plots[key].addItem(curve)
                 self.curves[key].append(curve)
@@ -992,7 +992,7 @@ class TimelineView(QWidget):
         for labels in self.end_labels.values():
             labels.set_runs([QColor(run_color(i)) for i in range(len(info.runs))])
         for i in range(1, len(info.runs)):
-            curve = curve_line(pg.mkPen(QColor(run_color(i)), width=2, style=run_dash(i)), connect="finite")
+            curve = GrowingLine(pg.mkPen(QColor(run_color(i)), width=2, style=run_dash(i)), connect="finite")
             self.plots["distance"].addItem(curve)
             self.curves["distance"].append(curve)
             # Linear: identical runs sit at a visible 0 instead of vanishing from a log axis.
@@ -1211,7 +1211,7 @@ class TimelineView(QWidget):
             self.plots[key].setYRange(*span)
 
     def _hand(
-        self, item: pg.PlotCurveItem | pg.PlotDataItem | pg.ScatterPlotItem, x: np.ndarray, y: np.ndarray
+        self, item: GrowingLine | pg.PlotDataItem | pg.ScatterPlotItem, x: np.ndarray, y: np.ndarray
     ) -> None:
         """Give ``item`` the points ``x``, ``y`` unless they are the ones it already draws."""
         was = self._handed.get(id(item))

@@ -1,0 +1,86 @@
+"""A series that grows at its end, drawn as a settled part painted from a pixmap and a short live tail.
+
+During Play a timeline's series gains a few points a frame and keeps the rest. Handed
+whole, every frame would have Qt stroke every point again. :class:`GrowingLine` keeps
+what it was handed before as a settled curve, cached as a pixmap in device
+coordinates (Qt paints it again only when the range or the size changes), and hands
+only the points after it to a tail curve; once the tail holds :data:`SETTLE` points
+they join the settled part. A dashed pen's pattern runs on from the settled part into
+the tail (:attr:`DashedCurve.lead`), so the line looks as one curve would draw it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF
+from PySide6.QtGui import QPainter, QPen
+from PySide6.QtWidgets import QGraphicsItem
+
+from gradviz.gui.views.dashes import DashedCurve, curve_line
+
+# Points the live tail may hold before they join the settled part (which is then painted again).
+SETTLE = 256
+
+
+class GrowingLine(pg.GraphicsObject):
+    """A curve item (``setData``, ``getData``, ``opts``) whose settled points are painted from a
+    pixmap; only the points handed since they settled are stroked every frame."""
+
+    def __init__(self, pen: QPen, **options: Any) -> None:
+        super().__init__()
+        self.settled = curve_line(pen, **options)
+        self.tail = curve_line(pen, **options)
+        for part in (self.settled, self.tail):
+            part.setParentItem(self)
+        self.settled.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        if isinstance(self.tail, DashedCurve):
+            self.tail.lead = self.settled  # type: ignore[assignment]
+        self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents)
+        self.opts = self.settled.opts
+        self._x = np.zeros(0)
+        self._y = np.zeros(0)
+        self._settled = 0  # points of the series in the settled part
+
+    def setData(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Draw the series ``x``, ``y``: where it begins with the settled points and adds fewer than
+        :data:`SETTLE` to them, only the tail is handed over."""
+        s = self._settled
+        grown = (
+            0 < s <= len(x)
+            and len(x) - s < SETTLE
+            and np.array_equal(x[:s], self._x[:s])
+            and np.array_equal(y[:s], self._y[:s], equal_nan=True)
+        )
+        if not grown:
+            s = self._settled = len(x)
+            self.settled.setData(x, y)
+        # The tail starts at the settled part's last point, so the two join.
+        self.tail.setData(x[max(s - 1, 0) :], y[max(s - 1, 0) :])
+        self._x, self._y = x, y
+
+    def getData(self) -> tuple[np.ndarray, np.ndarray]:
+        """The whole series as handed."""
+        return self._x, self._y
+
+    def setPen(self, *args: Any, **kwargs: Any) -> None:
+        for part in (self.settled, self.tail):
+            part.setPen(*args, **kwargs)
+
+    def pixelPadding(self) -> float:
+        return float(self.settled.pixelPadding())
+
+    def dataBounds(self, ax: int, frac: float = 1.0, orthoRange: Any = None) -> tuple[Any, Any]:
+        """The series' bounds along axis ``ax``, for pyqtgraph's auto-range (as one curve reports them)."""
+        bounds = [b for b in (p.dataBounds(ax, frac, orthoRange) for p in (self.settled, self.tail))]
+        lows = [b[0] for b in bounds if b[0] is not None]
+        highs = [b[1] for b in bounds if b[1] is not None]
+        return (min(lows), max(highs)) if lows else (None, None)
+
+    def boundingRect(self) -> QRectF:
+        return self.childrenBoundingRect()
+
+    def paint(self, p: QPainter, *args: Any) -> None:
+        pass  # the parts paint themselves
