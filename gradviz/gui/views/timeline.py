@@ -393,16 +393,23 @@ class EndLabels:
     """Each run's series in one row ends in the run's marker, named beside it in the run's colour.
 
     Names whose places would overlap share one line (runs whose series end
-    together), and lines are kept apart and inside the row. A name goes right of
-    its marker where the row has room, else left of it (or as near as the row's
-    edges allow) over a backing of the background's colour. Placed again whenever
-    the row's range or size changes.
+    together), and lines are kept apart and inside the row, over a backing of the
+    background's colour. A line goes where it hides the least of what the row
+    draws (every run's curve, as last handed by :meth:`set_ends`, and the markers):
+    right of its markers, left of them, above or below them, or a line up or down
+    beside them, each as near as the row's edges allow; among places that hide as
+    little, the nearest its markers, right before left where the row has room
+    right. Placed again whenever the row's range, size or points change.
     """
 
-    def __init__(self, plot: pg.PlotItem) -> None:
+    def __init__(self, plot: pg.PlotItem, joined: bool = True) -> None:
         self.plot = plot
+        # Whether the row's curves are lines (else markers only, with nothing between two points).
+        self.joined = joined
+        # What each run's curve draws (x ascending, as ticks are), which the names keep clear of.
+        self.drawn: list[tuple[np.ndarray, np.ndarray]] = []
         self.dots = pg.ScatterPlotItem(size=8, pxMode=True)
-        self.dots.setZValue(20)
+        self.dots.setZValue(40)  # over the cursor and the names: the newest values always show
         plot.addItem(self.dots, ignoreBounds=True)
         self.items: list[pg.TextItem] = []
         self._html: list[str] = []  # what each item shows, so that unchanged text is not set again
@@ -445,9 +452,14 @@ class EndLabels:
         c.setAlpha(210)
         return c
 
-    def set_ends(self, ends: list[tuple[float, float, str] | None]) -> None:
-        """Each run's end (x, y, its name's HTML), None where its series has no point; placed at once."""
+    def set_ends(
+        self, ends: list[tuple[float, float, str] | None], drawn: Sequence[tuple[np.ndarray, np.ndarray]] = ()
+    ) -> None:
+        """Each run's end (x, y, its name's HTML), None where its series has no point, and the
+        points each run's curve draws (x ascending); placed at once."""
+        self.drawn = list(drawn)
         if ends == self.ends:
+            self.place()  # the curves may have moved under the names
             return
         self.ends = ends
         shown = [i for i, e in enumerate(ends) if e is not None]
@@ -469,7 +481,9 @@ class EndLabels:
         box = self.plot.getViewBox()
         (x0, x1), (y0, y1) = box.viewRange()
         w, h = box.width(), box.height()
-        placed = (x0, x1, y0, y1, w, h, self.ends)
+        # The curves' points by identity and length: each hand-over makes new arrays.
+        points = tuple((id(x), len(x), id(y)) for x, y in self.drawn)
+        placed = (x0, x1, y0, y1, w, h, self.ends, points)
         if placed == self._placed:
             return
         self._placed = placed
@@ -501,15 +515,35 @@ class EndLabels:
                 group.append((i, e))
         metrics = QFontMetrics(self.font)
 
+        marker = float(self.dots.opts["size"])
+        # A line beside its markers, or above or below them, clears them by this much.
+        gap = max(6.0, marker / 2 + 2)
+        clear = line / 2 + marker / 2 + 2
+
         def extents(group: list[tuple[int, tuple[float, float, str]]]) -> list[tuple[float, float]]:
             """Where the group's line may go across: right of its marker where the row has room,
-            left of it, each as near as the row's edges allow; the first is preferred."""
+            left of it, centred on it, each as near as the row's edges allow; the first is preferred."""
             width = metrics.horizontalAdvance(" · ".join(e[2] for _, e in group)) + 4
             end_x = px(max(e[0] for _, e in group))
-            sides = [end_x + 6, end_x - 6 - width]
-            if end_x + 6 + width > w:
+            sides = [end_x + gap, end_x - gap - width]
+            if end_x + gap + width > w:
                 sides.reverse()
+            sides.append(end_x - width / 2)
             return [(left, left + width) for left in (min(max(x, 0.0), max(w - width, 0.0)) for x in sides)]
+
+        def places(
+            want: float, group: list[tuple[int, tuple[float, float, str]]]
+        ) -> list[tuple[float, float, float]]:
+            """The group's candidate lines (left, right, the middle wanted), in order of preference:
+            beside its markers, above and below them, beside them a line up and down."""
+            (right, right_end), (left, left_end), (centre, centre_end) = extents(group)
+            return [
+                (right, right_end, want),
+                (left, left_end, want),
+                (centre, centre_end, want - clear),
+                (centre, centre_end, want + clear),
+                *((a, b, want + d) for d in (-line, line) for a, b in ((right, right_end), (left, left_end))),
+            ]
 
         # Each line: its groups, its extent across and its middle (pixels down).
         lines: list[tuple[list[tuple[int, tuple[float, float, str]]], float, float, float]] = []
@@ -518,11 +552,12 @@ class EndLabels:
             taken = [(a, b, r) for _, a, b, r in lines]
             spots = [
                 (abs(row - want) + 0.5 * k, left, right, row)
-                for k, (left, right) in enumerate(extents(group))
-                if (row := _free_row(want, left, right, taken, line, h)) is not None
+                for k, (left, right, near) in enumerate(places(want, group))
+                if (row := _free_row(near, left, right, taken, line, h)) is not None
             ]
             if spots:
-                lines.append((group, *min(spots)[1:]))
+                hidden = self._hidden(spots, line, marker, px, py)
+                lines.append((group, *min(zip(hidden, spots, strict=True))[1][1:]))
                 continue
             # No room apart in a short row: the names join the line nearest them.
             j = min(range(len(lines)), key=lambda k: abs(lines[k][3] - want))
@@ -532,7 +567,7 @@ class EndLabels:
             item = pg.TextItem(anchor=(0, 0.5), fill=pg.mkBrush(self._backing()))
             item.textItem.document().setDocumentMargin(1)  # lines as tight as the row needs
             item.textItem.setFont(self.font)
-            item.setZValue(25)
+            item.setZValue(35)  # over the cursor: a name it must cross stays legible
             self.plot.addItem(item, ignoreBounds=True)
             self.items.append(item)
             self._html.append("")
@@ -549,6 +584,72 @@ class EndLabels:
             item.setVisible(True)
         for item in self.items[len(lines) :]:
             item.setVisible(False)
+
+    def _hidden(
+        self,
+        spots: list[tuple[float, float, float, float]],
+        line: float,
+        marker: float,
+        px: Callable[[Any], Any],
+        py: Callable[[Any], Any],
+    ) -> np.ndarray:
+        """How many pixels of the row's curves and markers each spot's line (its left, right and
+        middle, in pixels) would hide, to the whole pixel."""
+        boxes = np.array(
+            [(left - 1, row - line / 2, right + 1, row + line / 2) for _, left, right, row in spots]
+        )
+        (x0, x1), _ = self.plot.getViewBox().viewRange()
+        w = self.plot.getViewBox().width()
+        # Only the points beside the boxes matter (and one either side, for the lines that cross).
+        lo = x0 + (boxes[:, 0].min() - marker) / w * (x1 - x0)
+        hi = x0 + (boxes[:, 2].max() + marker) / w * (x1 - x0)
+        xs: list[np.ndarray] = []
+        ys: list[np.ndarray] = []
+        dots_x: list[np.ndarray] = []
+        dots_y: list[np.ndarray] = []
+        for x, y in self.drawn:
+            a = max(int(np.searchsorted(x, lo)) - 1, 0)
+            b = int(np.searchsorted(x, hi, side="right")) + 1
+            sx, sy = px(x[a:b]), py(y[a:b])
+            if self.joined:
+                drawn = np.isfinite(sy[:-1]) & np.isfinite(sy[1:])
+                xs.append(np.stack((sx[:-1][drawn], sx[1:][drawn])))
+                ys.append(np.stack((sy[:-1][drawn], sy[1:][drawn])))
+            else:
+                dots_x.append(sx[np.isfinite(sy)])
+                dots_y.append(sy[np.isfinite(sy)])
+        ends = [e for e in self.ends if e is not None and np.isfinite(e[1])]
+        dots_x.append(px(np.array([e[0] for e in ends])))
+        dots_y.append(py(np.array([e[1] for e in ends])))
+        ink = np.zeros(len(boxes))
+        if xs:
+            ink += segments_inside(boxes, np.concatenate(xs, axis=1), np.concatenate(ys, axis=1))
+        ink += marker * points_inside(boxes, np.concatenate(dots_x), np.concatenate(dots_y), marker / 2)
+        return np.round(ink)
+
+
+def segments_inside(boxes: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """For each box (left, top, right, bottom), the length of the segments (``x[0], y[0]`` to
+    ``x[1], y[1]``) inside it, clipped to the box's slabs across and down."""
+    if not x.shape[1]:
+        return np.zeros(len(boxes))
+    dx, dy = x[1] - x[0], y[1] - y[0]
+    # A segment parallel to a slab is inside it all along or nowhere: a tiny step gives that answer.
+    ux = np.where(dx == 0, 1e-12, dx)
+    uy = np.where(dy == 0, 1e-12, dy)
+    left, top, right, bottom = (boxes[:, k : k + 1] for k in range(4))
+    tx = ((left - x[0]) / ux, (right - x[0]) / ux)
+    ty = ((top - y[0]) / uy, (bottom - y[0]) / uy)
+    enter = np.maximum(np.maximum(np.minimum(*tx), np.minimum(*ty)), 0.0)
+    leave = np.minimum(np.minimum(np.maximum(*tx), np.maximum(*ty)), 1.0)
+    return (np.clip(leave - enter, 0.0, None) * np.hypot(dx, dy)).sum(axis=1)
+
+
+def points_inside(boxes: np.ndarray, x: np.ndarray, y: np.ndarray, radius: float) -> np.ndarray:
+    """For each box (left, top, right, bottom), how many points lie nearer than ``radius`` to it."""
+    left, top, right, bottom = (boxes[:, k : k + 1] for k in range(4))
+    inside = (x > left - radius) & (x < right + radius) & (y > top - radius) & (y < bottom + radius)
+    return inside.sum(axis=1)
 
 
 def _free_row(
@@ -785,7 +886,7 @@ class TimelineView(QWidget):
         self.curves: dict[str, list[pg.PlotCurveItem | pg.PlotDataItem]] = {key: [] for key in ROW_MIN_PX}
         # What each curve draws, kept between frames so that new ops cost only themselves.
         self.lines: dict[str, list[PeakLine]] = {key: [] for key in ROW_MIN_PX}
-        self.end_labels = {key: EndLabels(self.plots[key]) for key in LABELLED_ROWS}
+        self.end_labels = {key: EndLabels(self.plots[key], joined=key != "nodes") for key in LABELLED_ROWS}
         # The floor band of each log row, shown where the row has a zero to draw.
         self.floor_bands: dict[str, pg.LinearRegionItem] = {}
         for key in LOG_ROWS:
@@ -1155,7 +1256,7 @@ class TimelineView(QWidget):
                 if key == "nodes" and at is not None:
                     at = (at[0], at[1], f"{name} · {at[1]:,.0f} nodes")
                 ends.append(at)
-            self.end_labels[key].set_ends(ends)
+            self.end_labels[key].set_ends(ends, [self._handed[id(c)][:2] for c in self.curves[key]])
         shown = bisect.bisect_right(history.distance_ticks, horizon)
         for curve, line, column in zip(
             self.curves["distance"], self.lines["distance"], history.distance, strict=True
