@@ -89,15 +89,17 @@ def test_a_frame_that_changes_no_curve_places_no_label_again(open_window, qtbot,
 
 
 def test_a_line_between_two_points_counts_where_it_crosses_a_box() -> None:
-    from gradviz.gui.views.timeline import segments_inside
+    from gradviz.gui.views.timeline import line_inside
 
     boxes = np.array([(10.0, 10.0, 20.0, 20.0), (30.0, 0.0, 40.0, 5.0)])
     # From far left to far right through the first box's middle, no point inside either box.
-    x, y = np.array([[0.0], [100.0]]), np.array([[15.0], [15.0]])
-    assert segments_inside(boxes, x, y) == pytest.approx([10.0, 0.0])
-    # A diagonal through the first box's corners; a vertical line down the second's middle.
-    x, y = np.array([[0.0, 35.0], [30.0, 35.0]]), np.array([[0.0, -50.0], [30.0, 50.0]])
-    assert segments_inside(boxes, x, y) == pytest.approx([10 * np.sqrt(2), 5.0])
-    # Segments that end before a box hide none of it.
-    x, y = np.array([[0.0], [9.0]]), np.array([[15.0], [15.0]])
-    assert segments_inside(boxes, x, y) == pytest.approx([0.0, 0.0])
+    assert line_inside(boxes, np.array([[0.0, 100.0], [15.0, 15.0]])) == pytest.approx([10.0, 0.0])
+    # A diagonal through the first box's corners, a gap, a vertical line down the second's middle.
+    x, y = np.array([0.0, 30.0, np.nan, 35.0, 35.0]), np.array([0.0, 30.0, np.nan, -50.0, 50.0])
+    assert line_inside(boxes, np.stack((x, y))) == pytest.approx([10 * np.sqrt(2), 5.0])
+    # A gap across the first box: nothing drawn there; a line that ends before it.
+    x, y = (
+        np.array([0.0, np.nan, 100.0, np.nan, 0.0, 9.0]),
+        np.array([15.0, np.nan, 15.0, np.nan, 15.0, 15.0]),
+    )
+    assert line_inside(boxes, np.stack((x, y))) == pytest.approx([0.0, 0.0])

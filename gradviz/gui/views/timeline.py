@@ -421,6 +421,7 @@ class EndLabels:
         self._brushes: list[QBrush] = []
         # What the markers and names were last placed for: a frame that changes none of it costs nothing.
         self._placed: tuple[Any, ...] | None = None
+        self._placed_over: list[tuple[np.ndarray, np.ndarray]] = []  # the curves' points, by identity
         self.font = QFont()
         self.background = QColor(LIGHT.base)
         box = plot.getViewBox()
@@ -481,12 +482,15 @@ class EndLabels:
         box = self.plot.getViewBox()
         (x0, x1), (y0, y1) = box.viewRange()
         w, h = box.width(), box.height()
-        # The curves' points by identity and length: each hand-over makes new arrays.
-        points = tuple((id(x), len(x), id(y)) for x, y in self.drawn)
-        placed = (x0, x1, y0, y1, w, h, self.ends, points)
-        if placed == self._placed:
+        placed = (x0, x1, y0, y1, w, h, self.ends)
+        # The curves' points are compared by identity: a hand-over of new points makes new arrays.
+        over = len(self.drawn) == len(self._placed_over) and all(
+            x is was_x and y is was_y
+            for (x, y), (was_x, was_y) in zip(self.drawn, self._placed_over, strict=True)
+        )
+        if placed == self._placed and over:
             return
-        self._placed = placed
+        self._placed, self._placed_over = placed, self.drawn
         line = QFontMetrics(self.font).height() + 3  # a line of text and its backing's margins
         ends = [(i, e) for i, e in enumerate(self.ends) if e is not None and np.isfinite(e[1])]
         if w <= 0 or h <= 0 or x1 <= x0 or y1 <= y0 or not ends:
@@ -556,7 +560,13 @@ class EndLabels:
                 if (row := _free_row(near, left, right, taken, line, h)) is not None
             ]
             if spots:
-                hidden = self._hidden(spots, line, marker, px, py)
+                nearest = min(spots)
+                if self._past_every_curve(nearest, line, marker, px) and not self._markers_under(
+                    nearest, line, marker, px, py
+                ):
+                    lines.append((group, *nearest[1:]))
+                    continue
+                hidden = self._hidden(spots, line, marker, px, py, lambda p: x0 + p / w * (x1 - x0))
                 lines.append((group, *min(zip(hidden, spots, strict=True))[1][1:]))
                 continue
             # No room apart in a short row: the names join the line nearest them.
@@ -585,6 +595,31 @@ class EndLabels:
         for item in self.items[len(lines) :]:
             item.setVisible(False)
 
+    def _past_every_curve(
+        self, spot: tuple[float, float, float, float], line: float, marker: float, px: Callable[[Any], Any]
+    ) -> bool:
+        """Whether the spot's line begins right of every curve's last point: then only markers can
+        be under it, known without weighing the points (where names usually go during Play)."""
+        left = _box(spot, line)[0] - marker / 2
+        return all(not len(x) or px(float(x[-1])) <= left for x, _ in self.drawn)  # x ascends
+
+    def _markers_under(
+        self,
+        spot: tuple[float, float, float, float],
+        line: float,
+        marker: float,
+        px: Callable[[Any], Any],
+        py: Callable[[Any], Any],
+    ) -> int:
+        """How many of the row's markers the spot's line would cover some of."""
+        left, top, right, bottom = _box(spot, line)
+        r = marker / 2
+        return sum(
+            left - r < px(e[0]) < right + r and top - r < py(e[1]) < bottom + r
+            for e in self.ends
+            if e is not None
+        )
+
     def _hidden(
         self,
         spots: list[tuple[float, float, float, float]],
@@ -592,61 +627,71 @@ class EndLabels:
         marker: float,
         px: Callable[[Any], Any],
         py: Callable[[Any], Any],
+        x_at: Callable[[float], float],
     ) -> np.ndarray:
-        """How many pixels of the row's curves and markers each spot's line (its left, right and
-        middle, in pixels) would hide, to the whole pixel."""
-        boxes = np.array(
-            [(left - 1, row - line / 2, right + 1, row + line / 2) for _, left, right, row in spots]
-        )
-        (x0, x1), _ = self.plot.getViewBox().viewRange()
-        w = self.plot.getViewBox().width()
+        """How many pixels of the row's curves and markers each spot's line would hide, to the
+        whole pixel (a marker counts its width); ``px``, ``py`` map data to pixels and ``x_at``
+        pixels across back to data."""
+        boxes = np.array([_box(spot, line) for spot in spots])
+        ink = marker * np.array([self._markers_under(spot, line, marker, px, py) for spot in spots])
         # Only the points beside the boxes matter (and one either side, for the lines that cross).
-        lo = x0 + (boxes[:, 0].min() - marker) / w * (x1 - x0)
-        hi = x0 + (boxes[:, 2].max() + marker) / w * (x1 - x0)
+        lo, hi = x_at(float(boxes[:, 0].min()) - marker), x_at(float(boxes[:, 2].max()) + marker)
         xs: list[np.ndarray] = []
         ys: list[np.ndarray] = []
-        dots_x: list[np.ndarray] = []
-        dots_y: list[np.ndarray] = []
         for x, y in self.drawn:
             a = max(int(np.searchsorted(x, lo)) - 1, 0)
             b = int(np.searchsorted(x, hi, side="right")) + 1
-            sx, sy = px(x[a:b]), py(y[a:b])
-            if self.joined:
-                drawn = np.isfinite(sy[:-1]) & np.isfinite(sy[1:])
-                xs.append(np.stack((sx[:-1][drawn], sx[1:][drawn])))
-                ys.append(np.stack((sy[:-1][drawn], sy[1:][drawn])))
-            else:
-                dots_x.append(sx[np.isfinite(sy)])
-                dots_y.append(sy[np.isfinite(sy)])
-        ends = [e for e in self.ends if e is not None and np.isfinite(e[1])]
-        dots_x.append(px(np.array([e[0] for e in ends])))
-        dots_y.append(py(np.array([e[1] for e in ends])))
-        ink = np.zeros(len(boxes))
+            xs += (x[a:b], _BREAK)  # a gap after each curve: no line joins one curve to the next
+            ys += (y[a:b], _BREAK)
         if xs:
-            ink += segments_inside(boxes, np.concatenate(xs, axis=1), np.concatenate(ys, axis=1))
-        ink += marker * points_inside(boxes, np.concatenate(dots_x), np.concatenate(dots_y), marker / 2)
+            points = np.stack((px(np.concatenate(xs)), py(np.concatenate(ys))))
+            if self.joined:
+                ink = ink + line_inside(boxes, points)
+            else:
+                ink = ink + marker * points_inside(boxes, points, marker / 2)
         return np.round(ink)
 
 
-def segments_inside(boxes: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """For each box (left, top, right, bottom), the length of the segments (``x[0], y[0]`` to
-    ``x[1], y[1]``) inside it, clipped to the box's slabs across and down."""
-    if not x.shape[1]:
-        return np.zeros(len(boxes))
-    dx, dy = x[1] - x[0], y[1] - y[0]
-    # A segment parallel to a slab is inside it all along or nowhere: a tiny step gives that answer.
-    ux = np.where(dx == 0, 1e-12, dx)
-    uy = np.where(dy == 0, 1e-12, dy)
-    left, top, right, bottom = (boxes[:, k : k + 1] for k in range(4))
-    tx = ((left - x[0]) / ux, (right - x[0]) / ux)
-    ty = ((top - y[0]) / uy, (bottom - y[0]) / uy)
-    enter = np.maximum(np.maximum(np.minimum(*tx), np.minimum(*ty)), 0.0)
-    leave = np.minimum(np.minimum(np.maximum(*tx), np.maximum(*ty)), 1.0)
-    return (np.clip(leave - enter, 0.0, None) * np.hypot(dx, dy)).sum(axis=1)
+def _box(spot: tuple[float, float, float, float], line: float) -> tuple[float, float, float, float]:
+    """The pixels a spot's line (its left, right and middle) covers: left, top, right, bottom,
+    a pixel wider either side for the pen of a line that passes just beside it."""
+    _, left, right, row = spot
+    return left - 1, row - line / 2, right + 1, row + line / 2
 
 
-def points_inside(boxes: np.ndarray, x: np.ndarray, y: np.ndarray, radius: float) -> np.ndarray:
-    """For each box (left, top, right, bottom), how many points lie nearer than ``radius`` to it."""
+# A point that is no point: where it ends a piece of a series, no line is drawn to the next.
+_BREAK = np.array([np.nan])
+
+
+def line_inside(boxes: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """For each box (left, top, right, bottom), the length of the line through ``points`` (x in
+    the first row, y in the second; a non-finite point breaks the line) inside it."""
+    step = np.diff(points, axis=1)
+    length = np.nan_to_num(np.hypot(*step), nan=0.0, posinf=0.0)  # a broken segment is not drawn
+    start = points[:, :-1]
+    # Where each segment enters and leaves each slab across and down, as shares of it (a segment
+    # along a slab is inside it all along, -inf to inf, or nowhere, inf to inf). Boxes share
+    # their few slabs: each is weighed once.
+    spans = boxes.tolist()
+    across = sorted({(b[0], b[2]) for b in spans})
+    down = sorted({(b[1], b[3]) for b in spans})
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inverse = 1.0 / step
+        tx = (np.array(across)[:, :, None] - start[0]) * inverse[0]
+        ty = (np.array(down)[:, :, None] - start[1]) * inverse[1]
+    x_in, x_out = np.minimum(tx[:, 0], tx[:, 1]), np.maximum(tx[:, 0], tx[:, 1])
+    y_in, y_out = np.minimum(ty[:, 0], ty[:, 1]), np.maximum(ty[:, 0], ty[:, 1])
+    a = [across.index((b[0], b[2])) for b in spans]
+    d = [down.index((b[1], b[3])) for b in spans]
+    enter = np.fmax(np.fmax(x_in[a], y_in[d]), 0.0)
+    leave = np.fmin(np.fmin(x_out[a], y_out[d]), 1.0)
+    return np.maximum(leave - enter, 0.0) @ length
+
+
+def points_inside(boxes: np.ndarray, points: np.ndarray, radius: float) -> np.ndarray:
+    """For each box (left, top, right, bottom), how many ``points`` (x in the first row, y in the
+    second) lie nearer than ``radius`` to it."""
+    x, y = points
     left, top, right, bottom = (boxes[:, k : k + 1] for k in range(4))
     inside = (x > left - radius) & (x < right + radius) & (y > top - radius) & (y < bottom + radius)
     return inside.sum(axis=1)
