@@ -79,8 +79,11 @@ def test_a_frame_that_changes_no_curve_places_no_label_again(open_window, qtbot,
     settle(qtbot, w)
     tl, c = w.timeline, w.controller
     weighed: list[object] = []
-    hidden = EndLabels._hidden
-    monkeypatch.setattr(EndLabels, "_hidden", lambda self, *a: weighed.append(self) or hidden(self, *a))
+    # Every line placed asks first whether its nearest place lies past every curve.
+    past = EndLabels._past_every_curve
+    monkeypatch.setattr(
+        EndLabels, "_past_every_curve", lambda self, *a: weighed.append(self) or past(self, *a)
+    )
     tl._drawn = None  # every row drawn again, as a frame with a new op would
     tl.draw(Moment(c.info, c.history, c.history.last_tick))
     assert weighed == [], "the same points, range and ends: the names stay where they are"
