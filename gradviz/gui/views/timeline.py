@@ -400,16 +400,23 @@ class EndLabels:
     """Each run's series in one row ends in the run's marker, named beside it in the run's colour.
 
     Names whose places would overlap share one line (runs whose series end
-    together), and lines are kept apart and inside the row. A name goes right of
-    its marker where the row has room, else left of it (or as near as the row's
-    edges allow) over a backing of the background's colour. Placed again whenever
-    the row's range or size changes.
+    together), and lines are kept apart and inside the row, over a backing of the
+    background's colour. A line goes where it hides the least of what the row
+    draws (every run's curve, as last handed by :meth:`set_ends`, and the markers):
+    right of its markers, left of them, above or below them, or a line up or down
+    beside them, each as near as the row's edges allow; among places that hide as
+    little, the nearest its markers, right before left where the row has room
+    right. Placed again whenever the row's range, size or points change.
     """
 
-    def __init__(self, plot: pg.PlotItem) -> None:
+    def __init__(self, plot: pg.PlotItem, joined: bool = True) -> None:
         self.plot = plot
+        # Whether the row's curves are lines (else markers only, with nothing between two points).
+        self.joined = joined
+        # What each run's curve draws (x ascending, as ticks are), which the names keep clear of.
+        self.drawn: list[tuple[np.ndarray, np.ndarray]] = []
         self.dots = pg.ScatterPlotItem(size=8, pxMode=True)
-        self.dots.setZValue(20)
+        self.dots.setZValue(40)  # over the cursor and the names: the newest values always show
         plot.addItem(self.dots, ignoreBounds=True)
         self.items: list[pg.TextItem] = []
         self._html: list[str] = []  # what each item shows, so that unchanged text is not set again
@@ -421,6 +428,7 @@ class EndLabels:
         self._brushes: list[QBrush] = []
         # What the markers and names were last placed for: a frame that changes none of it costs nothing.
         self._placed: tuple[Any, ...] | None = None
+        self._placed_over: list[tuple[np.ndarray, np.ndarray]] = []  # the curves' points, by identity
         self.font = QFont()
         self.background = QColor(LIGHT.base)
         box = plot.getViewBox()
@@ -452,9 +460,14 @@ class EndLabels:
         c.setAlpha(210)
         return c
 
-    def set_ends(self, ends: list[tuple[float, float, str] | None]) -> None:
-        """Each run's end (x, y, its name's HTML), None where its series has no point; placed at once."""
+    def set_ends(
+        self, ends: list[tuple[float, float, str] | None], drawn: Sequence[tuple[np.ndarray, np.ndarray]] = ()
+    ) -> None:
+        """Each run's end (x, y, its name's HTML), None where its series has no point, and the
+        points each run's curve draws (x ascending); placed at once."""
+        self.drawn = list(drawn)
         if ends == self.ends:
+            self.place()  # the curves may have moved under the names
             return
         self.ends = ends
         shown = [i for i, e in enumerate(ends) if e is not None]
@@ -477,9 +490,14 @@ class EndLabels:
         (x0, x1), (y0, y1) = box.viewRange()
         w, h = box.width(), box.height()
         placed = (x0, x1, y0, y1, w, h, self.ends)
-        if placed == self._placed:
+        # The curves' points are compared by identity: a hand-over of new points makes new arrays.
+        over = len(self.drawn) == len(self._placed_over) and all(
+            x is was_x and y is was_y
+            for (x, y), (was_x, was_y) in zip(self.drawn, self._placed_over, strict=True)
+        )
+        if placed == self._placed and over:
             return
-        self._placed = placed
+        self._placed, self._placed_over = placed, self.drawn
         line = QFontMetrics(self.font).height() + 3  # a line of text and its backing's margins
         ends = [(i, e) for i, e in enumerate(self.ends) if e is not None and np.isfinite(e[1])]
         if w <= 0 or h <= 0 or x1 <= x0 or y1 <= y0 or not ends:
@@ -508,15 +526,35 @@ class EndLabels:
                 group.append((i, e))
         metrics = QFontMetrics(self.font)
 
+        marker = float(self.dots.opts["size"])
+        # A line beside its markers, or above or below them, clears them by this much.
+        gap = max(6.0, marker / 2 + 2)
+        clear = line / 2 + marker / 2 + 2
+
         def extents(group: list[tuple[int, tuple[float, float, str]]]) -> list[tuple[float, float]]:
             """Where the group's line may go across: right of its marker where the row has room,
-            left of it, each as near as the row's edges allow; the first is preferred."""
+            left of it, centred on it, each as near as the row's edges allow; the first is preferred."""
             width = metrics.horizontalAdvance(" · ".join(e[2] for _, e in group)) + 4
             end_x = px(max(e[0] for _, e in group))
-            sides = [end_x + 6, end_x - 6 - width]
-            if end_x + 6 + width > w:
+            sides = [end_x + gap, end_x - gap - width]
+            if end_x + gap + width > w:
                 sides.reverse()
+            sides.append(end_x - width / 2)
             return [(left, left + width) for left in (min(max(x, 0.0), max(w - width, 0.0)) for x in sides)]
+
+        def places(
+            want: float, group: list[tuple[int, tuple[float, float, str]]]
+        ) -> list[tuple[float, float, float]]:
+            """The group's candidate lines (left, right, the middle wanted), in order of preference:
+            beside its markers, above and below them, beside them a line up and down."""
+            (right, right_end), (left, left_end), (centre, centre_end) = extents(group)
+            return [
+                (right, right_end, want),
+                (left, left_end, want),
+                (centre, centre_end, want - clear),
+                (centre, centre_end, want + clear),
+                *((a, b, want + d) for d in (-line, line) for a, b in ((right, right_end), (left, left_end))),
+            ]
 
         # Each line: its groups, its extent across and its middle (pixels down).
         lines: list[tuple[list[tuple[int, tuple[float, float, str]]], float, float, float]] = []
@@ -525,11 +563,18 @@ class EndLabels:
             taken = [(a, b, r) for _, a, b, r in lines]
             spots = [
                 (abs(row - want) + 0.5 * k, left, right, row)
-                for k, (left, right) in enumerate(extents(group))
-                if (row := _free_row(want, left, right, taken, line, h)) is not None
+                for k, (left, right, near) in enumerate(places(want, group))
+                if (row := _free_row(near, left, right, taken, line, h)) is not None
             ]
             if spots:
-                lines.append((group, *min(spots)[1:]))
+                nearest = min(spots)
+                if self._past_every_curve(nearest, line, marker, px) and not self._markers_under(
+                    nearest, line, marker, px, py
+                ):
+                    lines.append((group, *nearest[1:]))
+                    continue
+                hidden = self._hidden(spots, line, marker, px, py, lambda p: x0 + p / w * (x1 - x0))
+                lines.append((group, *min(zip(hidden, spots, strict=True))[1][1:]))
                 continue
             # No room apart in a short row: the names join the line nearest them.
             j = min(range(len(lines)), key=lambda k: abs(lines[k][3] - want))
@@ -539,7 +584,7 @@ class EndLabels:
             item = pg.TextItem(anchor=(0, 0.5), fill=pg.mkBrush(self._backing()))
             item.textItem.document().setDocumentMargin(1)  # lines as tight as the row needs
             item.textItem.setFont(self.font)
-            item.setZValue(25)
+            item.setZValue(35)  # over the cursor: a name it must cross stays legible
             self.plot.addItem(item, ignoreBounds=True)
             self.items.append(item)
             self._html.append("")
@@ -556,6 +601,107 @@ class EndLabels:
             item.setVisible(True)
         for item in self.items[len(lines) :]:
             item.setVisible(False)
+
+    def _past_every_curve(
+        self, spot: tuple[float, float, float, float], line: float, marker: float, px: Callable[[Any], Any]
+    ) -> bool:
+        """Whether the spot's line begins right of every curve's last point: then only markers can
+        be under it, known without weighing the points (where names usually go during Play)."""
+        left = _box(spot, line)[0] - marker / 2
+        return all(not len(x) or px(float(x[-1])) <= left for x, _ in self.drawn)  # x ascends
+
+    def _markers_under(
+        self,
+        spot: tuple[float, float, float, float],
+        line: float,
+        marker: float,
+        px: Callable[[Any], Any],
+        py: Callable[[Any], Any],
+    ) -> int:
+        """How many of the row's markers the spot's line would cover some of."""
+        left, top, right, bottom = _box(spot, line)
+        r = marker / 2
+        return sum(
+            left - r < px(e[0]) < right + r and top - r < py(e[1]) < bottom + r
+            for e in self.ends
+            if e is not None
+        )
+
+    def _hidden(
+        self,
+        spots: list[tuple[float, float, float, float]],
+        line: float,
+        marker: float,
+        px: Callable[[Any], Any],
+        py: Callable[[Any], Any],
+        x_at: Callable[[float], float],
+    ) -> np.ndarray:
+        """How many pixels of the row's curves and markers each spot's line would hide, to the
+        whole pixel (a marker counts its width); ``px``, ``py`` map data to pixels and ``x_at``
+        pixels across back to data."""
+        boxes = np.array([_box(spot, line) for spot in spots])
+        ink = marker * np.array([self._markers_under(spot, line, marker, px, py) for spot in spots])
+        # Only the points beside the boxes matter (and one either side, for the lines that cross).
+        lo, hi = x_at(float(boxes[:, 0].min()) - marker), x_at(float(boxes[:, 2].max()) + marker)
+        xs: list[np.ndarray] = []
+        ys: list[np.ndarray] = []
+        for x, y in self.drawn:
+            a = max(int(np.searchsorted(x, lo)) - 1, 0)
+            b = int(np.searchsorted(x, hi, side="right")) + 1
+            xs += (x[a:b], _BREAK)  # a gap after each curve: no line joins one curve to the next
+            ys += (y[a:b], _BREAK)
+        if xs:
+            points = np.stack((px(np.concatenate(xs)), py(np.concatenate(ys))))
+            if self.joined:
+                ink = ink + line_inside(boxes, points)
+            else:
+                ink = ink + marker * points_inside(boxes, points, marker / 2)
+        return np.round(ink)
+
+
+def _box(spot: tuple[float, float, float, float], line: float) -> tuple[float, float, float, float]:
+    """The pixels a spot's line (its left, right and middle) covers: left, top, right, bottom,
+    a pixel wider either side for the pen of a line that passes just beside it."""
+    _, left, right, row = spot
+    return left - 1, row - line / 2, right + 1, row + line / 2
+
+
+# A point that is no point: where it ends a piece of a series, no line is drawn to the next.
+_BREAK = np.array([np.nan])
+
+
+def line_inside(boxes: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """For each box (left, top, right, bottom), the length of the line through ``points`` (x in
+    the first row, y in the second; a non-finite point breaks the line) inside it."""
+    step = np.diff(points, axis=1)
+    length = np.nan_to_num(np.hypot(*step), nan=0.0, posinf=0.0)  # a broken segment is not drawn
+    start = points[:, :-1]
+    # Where each segment enters and leaves each slab across and down, as shares of it (a segment
+    # along a slab is inside it all along, -inf to inf, or nowhere, inf to inf). Boxes share
+    # their few slabs: each is weighed once.
+    spans = boxes.tolist()
+    across = sorted({(b[0], b[2]) for b in spans})
+    down = sorted({(b[1], b[3]) for b in spans})
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inverse = 1.0 / step
+        tx = (np.array(across)[:, :, None] - start[0]) * inverse[0]
+        ty = (np.array(down)[:, :, None] - start[1]) * inverse[1]
+    x_in, x_out = np.minimum(tx[:, 0], tx[:, 1]), np.maximum(tx[:, 0], tx[:, 1])
+    y_in, y_out = np.minimum(ty[:, 0], ty[:, 1]), np.maximum(ty[:, 0], ty[:, 1])
+    a = [across.index((b[0], b[2])) for b in spans]
+    d = [down.index((b[1], b[3])) for b in spans]
+    enter = np.fmax(np.fmax(x_in[a], y_in[d]), 0.0)
+    leave = np.fmin(np.fmin(x_out[a], y_out[d]), 1.0)
+    return np.maximum(leave - enter, 0.0) @ length
+
+
+def points_inside(boxes: np.ndarray, points: np.ndarray, radius: float) -> np.ndarray:
+    """For each box (left, top, right, bottom), how many ``points`` (x in the first row, y in the
+    second) lie nearer than ``radius`` to it."""
+    x, y = points
+    left, top, right, bottom = (boxes[:, k : k + 1] for k in range(4))
+    inside = (x > left - radius) & (x < right + radius) & (y > top - radius) & (y < bottom + radius)
+    return inside.sum(axis=1)
 
 
 def _free_row(
@@ -804,7 +950,7 @@ class TimelineView(QWidget):
         self.curves: dict[str, list[GrowingLine | pg.PlotDataItem]] = {key: [] for key in ROW_MIN_PX}
         # What each curve draws, kept between frames so that new ops cost only themselves.
         self.lines: dict[str, list[PeakLine]] = {key: [] for key in ROW_MIN_PX}
-        self.end_labels = {key: EndLabels(self.plots[key]) for key in LABELLED_ROWS}
+        self.end_labels = {key: EndLabels(self.plots[key], joined=key != "nodes") for key in LABELLED_ROWS}
         # The floor band of each log row, shown where the row has a zero to draw.
         self.floor_bands: dict[str, pg.LinearRegionItem] = {}
         for key in LOG_ROWS:
@@ -1174,7 +1320,7 @@ class TimelineView(QWidget):
                 if key == "nodes" and at is not None:
                     at = (at[0], at[1], f"{name} · {at[1]:,.0f} nodes")
                 ends.append(at)
-            self.end_labels[key].set_ends(ends)
+            self.end_labels[key].set_ends(ends, [self._handed[id(c)][:2] for c in self.curves[key]])
         shown = bisect.bisect_right(history.distance_ticks, horizon)
         for curve, line, column in zip(
             self.curves["distance"], self.lines["distance"], history.distance, strict=True
