@@ -265,10 +265,12 @@ class Handed:
     def __init__(self, monkeypatch) -> None:
         import pyqtgraph as pg
 
+        from gradviz.gui.views.growing import GrowingLine
+
         self.calls: list[object] = []
         for cls, name in (
             (pg.PlotDataItem, "setData"),
-            (pg.PlotCurveItem, "setData"),
+            (GrowingLine, "setData"),
             (pg.ScatterPlotItem, "setData"),
             (pg.TextItem, "setPos"),
             (pg.TextItem, "setHtml"),

@@ -121,7 +121,7 @@ def test_the_reference_run_is_drawn_dashed_and_holds_its_own_series(open_window,
     w = open_window("forgot-zero-grad")
     press(qtbot, w, Qt.Key.Key_Right, 40)
     tl, c = w.timeline, w.controller
-    dashed = [i for i, curve in enumerate(tl.curves["loss"]) if isinstance(curve, DashedCurve)]
+    dashed = [i for i, curve in enumerate(tl.curves["loss"]) if isinstance(curve.settled, DashedCurve)]
     assert dashed and len(dashed) < len(c.info.runs), "the first run solid, the others dashed"
     i = dashed[0]
     rt = c.history.runs[c.info.runs[i].name]
