@@ -37,7 +37,7 @@ class GrowingLine(pg.GraphicsObject):
             part.setParentItem(self)
         self.settled.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         if isinstance(self.tail, DashedCurve):
-            self.tail.lead = self.settled  # type: ignore[assignment]
+            self.tail.lead = self.settled
         self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents)
         self.opts = self.settled.opts
         self._x = np.zeros(0)

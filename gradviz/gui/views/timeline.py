@@ -27,8 +27,8 @@ from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QPainterPath, QPe
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QVBoxLayout, QWidget
 
 from gradviz.gui.theme import LIGHT, OP_COLORS, OP_LETTERS, Theme, run_color, run_dash, run_glyph, run_symbol
-from gradviz.gui.views.growing import GrowingLine
 from gradviz.gui.views.grads import iteration_peak
+from gradviz.gui.views.growing import GrowingLine
 from gradviz.gui.window_history import LabInfo, Moment
 
 OPS = ("zero_grad", "forward", "backward", "step")
@@ -429,6 +429,9 @@ class EndLabels:
         # What the markers and names were last placed for: a frame that changes none of it costs nothing.
         self._placed: tuple[Any, ...] | None = None
         self._placed_over: list[tuple[np.ndarray, np.ndarray]] = []  # the curves' points, by identity
+        # Whether the places are weighed by what they hide; while Play runs, the nearest free one is
+        # taken (the names move every frame), and at the pause they are weighed again.
+        self.weigh = True
         self.font = QFont()
         self.background = QColor(LIGHT.base)
         box = plot.getViewBox()
@@ -489,7 +492,7 @@ class EndLabels:
         box = self.plot.getViewBox()
         (x0, x1), (y0, y1) = box.viewRange()
         w, h = box.width(), box.height()
-        placed = (x0, x1, y0, y1, w, h, self.ends)
+        placed = (x0, x1, y0, y1, w, h, self.ends, self.weigh)
         # The curves' points are compared by identity: a hand-over of new points makes new arrays.
         over = len(self.drawn) == len(self._placed_over) and all(
             x is was_x and y is was_y
@@ -568,8 +571,9 @@ class EndLabels:
             ]
             if spots:
                 nearest = min(spots)
-                if self._past_every_curve(nearest, line, marker, px) and not self._markers_under(
-                    nearest, line, marker, px, py
+                if not self.weigh or (
+                    self._past_every_curve(nearest, line, marker, px)
+                    and not self._markers_under(nearest, line, marker, px, py)
                 ):
                     lines.append((group, *nearest[1:]))
                     continue
@@ -1331,10 +1335,13 @@ class TimelineView(QWidget):
         self._draw_tape(moment)
 
     def set_growing(self, on: bool) -> None:
-        """While ``on`` (Play runs) the rows' ranges grow with room to spare (:func:`grown_span`);
-        turned off, each row fits its points again at once."""
+        """While ``on`` (Play runs) the rows' ranges grow with room to spare (:func:`grown_span`) and
+        the end labels take the nearest free place; turned off, each row fits its points again at
+        once and its labels go where they hide the least."""
         self.growing = on
         self._positive.clear()
+        for labels in self.end_labels.values():
+            labels.weigh = not on
         if not on and self._moment is not None:
             self._drawn = None  # the floor bands too are placed for the points alone
             self.draw(self._moment)
