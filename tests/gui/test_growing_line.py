@@ -1,0 +1,95 @@
+"""A timeline line that grows at its end: the settled points are handed over once, only the
+newest every frame, and what is painted is what one curve of the whole series paints."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+
+from gradviz.gui.views.dashes import DashedCurve, curve_line
+from gradviz.gui.views.growing import SETTLE, GrowingLine
+
+
+def _series(n: int) -> tuple[np.ndarray, np.ndarray]:
+    x = np.arange(n, dtype=np.float64) + 0.5
+    y = np.sin(x / 7.0) + 0.1 * np.cos(x)
+    y[n // 3] = np.nan  # a gap, as a zero on a log row without its floor
+    return x, y
+
+
+def _counting(monkeypatch, line: GrowingLine) -> dict[str, int]:
+    counts = {"settled": 0, "tail": 0}
+    for name in counts:
+        part = getattr(line, name)
+        call = part.setData
+
+        def counted(*args, _name=name, _call=call, **kwargs):
+            counts[_name] += 1
+            return _call(*args, **kwargs)
+
+        monkeypatch.setattr(part, "setData", counted)
+    return counts
+
+
+def test_a_growing_series_hands_its_settled_points_over_once_per_settle(qapp, monkeypatch) -> None:
+    line = GrowingLine(pg.mkPen("#0072B2", width=2))
+    counts = _counting(monkeypatch, line)
+    x, y = _series(3 * SETTLE)
+    frames = 0
+    for n in range(10, len(x) + 1, 5):  # five new points a frame
+        line.setData(x[:n], y[:n])
+        frames += 1
+        got_x, got_y = line.getData()
+        assert np.array_equal(got_x, x[:n]) and np.array_equal(got_y, y[:n], equal_nan=True)
+        # The two parts together hold the series once, joined at one shared point.
+        sx, sy = line.settled.getData()
+        tx, ty = line.tail.getData()
+        assert np.array_equal(np.concatenate((sx, tx[1:])), x[:n])
+        assert np.array_equal(np.concatenate((sy, ty[1:])), y[:n], equal_nan=True)
+        assert len(tx) <= SETTLE + 1
+    assert counts["tail"] == frames
+    assert counts["settled"] <= frames * 5 // SETTLE + 2, counts
+
+
+def test_a_series_changed_before_its_end_is_handed_over_whole(qapp) -> None:
+    line = GrowingLine(pg.mkPen("#0072B2", width=2))
+    x, y = _series(100)
+    line.setData(x[:60], y[:60])
+    line.setData(x[:70], y[:70])
+    y2 = y.copy()
+    y2[5] = 3.0  # a floor moved, a bucket made again: the settled points are not the same
+    line.setData(x[:80], y2[:80])
+    _, sy = line.settled.getData()
+    assert np.array_equal(sy, y2[:80], equal_nan=True) and len(line.tail.getData()[0]) == 1
+
+
+def _painted(item_of, data: list[tuple[np.ndarray, np.ndarray]]):
+    widget = pg.PlotWidget()
+    widget.resize(400, 200)
+    widget.setBackground("w")
+    widget.getPlotItem().hideAxis("left")
+    widget.getPlotItem().hideAxis("bottom")
+    item = item_of()
+    widget.addItem(item)
+    widget.setRange(xRange=(0, 400), yRange=(-1.5, 1.5), padding=0)
+    widget.show()
+    for x, y in data:
+        item.setData(x, y)
+        QApplication.processEvents()
+    image = widget.grab().toImage()
+    widget.close()
+    return image
+
+
+@pytest.mark.parametrize("style", [Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine])
+def test_a_grown_line_paints_what_one_curve_of_the_whole_series_paints(qapp, style) -> None:
+    pen = pg.mkPen("#D55E00", width=2, style=style)
+    x, y = _series(400)
+    steps = [(x[:n], y[:n]) for n in range(20, 401, 7)] + [(x, y)]
+    grown = _painted(lambda: GrowingLine(pen, connect="finite"), steps)
+    whole = _painted(lambda: curve_line(pen, connect="finite"), [(x, y)])
+    assert isinstance(GrowingLine(pen).tail, DashedCurve) == (style != Qt.PenStyle.SolidLine)
+    assert grown == whole, "the settled part and the tail paint as one curve, dashes included"
