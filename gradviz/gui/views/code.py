@@ -249,10 +249,12 @@ class CodeView(QWidget):
         self.editor = _Editor(self)
         self.editor.setObjectName("code")
         self.editor.setReadOnly(True)
-        # Wrapped lines break between tokens, never inside a name (layout only: the text stays the code).
-        document = QTextDocument(self.editor)
-        document.setDocumentLayout(TokenWrapLayout(document))
-        self.editor.setDocument(document)
+        # Wrapped lines break between tokens, never inside a name (layout only: the text stays the
+        # code). The panel keeps both: Python owns them, the editor holds only a pointer.
+        self._document = QTextDocument(self.editor)
+        self._wrap = TokenWrapLayout(self._document)
+        self._document.setDocumentLayout(self._wrap)
+        self.editor.setDocument(self._document)
         # Wrapped, never cut: the fact a line is there for (an lr, a parameter) may sit at its end.
         self.set_wrap(True)
         # A word longer than the panel (``torch.optim.SGD([*rnn.parameters(),``) breaks too (between
