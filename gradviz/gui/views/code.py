@@ -252,7 +252,7 @@ class CodeView(QWidget):
         # Wrapped lines break between tokens, never inside a name (layout only: the text stays the
         # code). The panel keeps both: Python owns them, the editor holds only a pointer.
         self._document = QTextDocument(self.editor)
-        self._wrap = TokenWrapLayout(self._document)
+        self._wrap = TokenWrapLayout(self._document, lambda: self.editor.viewport().width())
         self._document.setDocumentLayout(self._wrap)
         self.editor.setDocument(self._document)
         # Wrapped, never cut: the fact a line is there for (an lr, a parameter) may sit at its end.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import QPointF, QRectF
-from PySide6.QtGui import QFontMetricsF, QTextBlock, QTextDocument
+from PySide6.QtGui import QFontMetricsF, QTextBlock, QTextDocument, QTextOption
 from PySide6.QtWidgets import QPlainTextDocumentLayout
 
 # A break may follow these characters (a space run breaks after its last space). Not an operator
@@ -77,10 +77,13 @@ def wrap_line(text: str, fm: QFontMetricsF, width: float) -> tuple[list[int], fl
     its continuations are indented.
 
     A continuation is indented under its line's text and a little more; less where
-    that would cut a token, and not at all where even that would.
+    that would cut a token (as far in as lets it stay whole), and not at all where even
+    that would.
     """
     lead = len(text) - len(text.lstrip(" "))
-    for spaces, last in ((lead + HANGING, False), (lead, False), (0, True)):
+    indents = [lead + HANGING, *range(lead, -1, -1)]
+    for spaces in indents:
+        last = spaces == 0
         indent = min(fm.horizontalAdvance(" " * spaces), width / 2)
 
         def fits(start: int, end: int, first: bool, indent: float = indent) -> bool:
@@ -101,8 +104,10 @@ class TokenWrapLayout(QPlainTextDocumentLayout):
     line is left as Qt laid it.
     """
 
-    def __init__(self, document: QTextDocument) -> None:
+    def __init__(self, document: QTextDocument, text_width: Callable[[], float]) -> None:
+        """Lay out ``document``'s blocks in lines ``text_width()`` wide (the text area's width)."""
         super().__init__(document)
+        self._text_width = text_width
         self._breaks: dict[tuple[str, float, str], tuple[list[int], float]] = {}
 
     def blockBoundingRect(self, block: QTextBlock) -> QRectF:
@@ -110,8 +115,9 @@ class TokenWrapLayout(QPlainTextDocumentLayout):
         layout = block.layout()
         if layout is None or layout.lineCount() < 2:
             return rect
-        # The width Qt laid the block out in (the text area's, less the document's margins).
-        width = layout.lineAt(0).width()
+        # The width Qt lays blocks out in: the text area's less the document's margins (not a
+        # line's: each line laid out here is as wide as its text).
+        width = self._text_width() - 2 * self.document().documentMargin()
         starts, indent = self._wanted(block, width)
         laid = [layout.lineAt(i).textStart() for i in range(layout.lineCount())]
         shift = layout.lineAt(1).x() - layout.lineAt(0).x()
@@ -135,19 +141,33 @@ class TokenWrapLayout(QPlainTextDocumentLayout):
 
     def _lay_out(self, block: QTextBlock, starts: list[int], indent: float, width: float) -> None:
         layout = block.layout()
+        text = block.text()
         margin = self.document().documentMargin()
-        ends = [*starts[1:], len(block.text())]
+        fm = QFontMetricsF(self.document().defaultFont())
+        # Each line as wide as its own text and half a character: breaking anywhere, Qt then ends it
+        # exactly at the break chosen (QTextLine.setNumColumns miscounts around spaces).
+        option = QTextOption(layout.textOption())
+        option.setWrapMode(QTextOption.WrapMode.WrapAnywhere)
+        layout.setTextOption(option)
+        slack = fm.horizontalAdvance("0") / 2
+        ends = [*starts[1:], len(text)]
+        layout.clearLayout()
         layout.beginLayout()
         y = 0.0
-        for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
+        i = 0
+        while True:
             line = layout.createLine()
             if not line.isValid():
                 break
             line.setLeadingIncluded(True)
             shift = indent if i else 0.0
-            line.setNumColumns(end - start, width - shift)
+            if i < len(starts) - 1:
+                line.setLineWidth(fm.horizontalAdvance(text[starts[i] : ends[i]].rstrip(" ")) + slack)
+            else:
+                line.setLineWidth(width - shift)  # the rest, which fits (or wraps anywhere, as Qt would)
             line.setPosition(QPointF(margin + shift, y))
             y += line.height()
+            i += 1
         layout.endLayout()
         before = block.lineCount()
         block.setLineCount(layout.lineCount())
