@@ -6,10 +6,12 @@ runs' loops differ, each run's own lines follow one another, marked in the gutte
 with the run's shape in its colour. In the gutter a run's shape on a filled chip
 marks the line it just ran, the shape in an outlined box the line it runs next; the
 text area fills the lines that ran and frames, dashed, the lines that run next, so
-the two differ in shape as well as in colour. Long lines wrap (a ↪ in the gutter
-marks a wrapped line's continuation), and the panel scrolls so that the lines that
-set up the optimizer (its learning rate, the parameters it is given) stay in view
-with the lines that run. Checkboxes on the lines edit the loop: zero_grad on or
+the two differ in shape as well as in colour. Long lines wrap between tokens, never
+inside a name, the continuation indented under its line (and marked ↪ in the gutter);
+a still panel (an export) takes smaller type, down to a least, where that keeps every
+line of the loop whole. The panel scrolls so that the lines that set up the
+optimizer (its learning rate, the parameters it is given) stay in view with the
+lines that run. Checkboxes on the lines edit the loop: zero_grad on or
 off, ``set_to_none``, and the ``/ k`` scaling of accumulated losses.
 """
 
