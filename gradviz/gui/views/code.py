@@ -6,12 +6,10 @@ runs' loops differ, each run's own lines follow one another, marked in the gutte
 with the run's shape in its colour. In the gutter a run's shape on a filled chip
 marks the line it just ran, the shape in an outlined box the line it runs next; the
 text area fills the lines that ran and frames, dashed, the lines that run next, so
-the two differ in shape as well as in colour. Long lines wrap between tokens, never
-inside a name, the continuation indented under its line (and marked ↪ in the gutter);
-a still panel (an export) takes smaller type, down to a least, where that keeps every
-line of the loop whole. The panel scrolls so that the lines that set up the
-optimizer (its learning rate, the parameters it is given) stay in view with the
-lines that run. Checkboxes on the lines edit the loop: zero_grad on or
+the two differ in shape as well as in colour. Long lines wrap (a ↪ in the gutter
+marks a wrapped line's continuation), and the panel scrolls so that the lines that
+set up the optimizer (its learning rate, the parameters it is given) stay in view
+with the lines that run. Checkboxes on the lines edit the loop: zero_grad on or
 off, ``set_to_none``, and the ``/ k`` scaling of accumulated losses.
 """
 
@@ -28,7 +26,6 @@ from PySide6.QtGui import (
     QColor,
     QFont,
     QFontDatabase,
-    QFontMetricsF,
     QPainter,
     QPainterPath,
     QPaintEvent,
@@ -37,7 +34,7 @@ from PySide6.QtGui import (
     QPolygonF,
     QTextCharFormat,
     QTextCursor,
-    QTextDocument,
+    QTextFormat,
     QTextOption,
 )
 from PySide6.QtWidgets import (
@@ -52,11 +49,8 @@ from PySide6.QtWidgets import (
 )
 
 from gradviz.gui.theme import LIGHT, Theme, run_color, run_glyph, run_symbol
-from gradviz.gui.views.code_wrap import TokenWrapLayout
 from gradviz.gui.window_history import LabInfo, Moment, RunInfo
 
-# Steps in which a still panel's type gives way so the loop's lines fit whole.
-POINTS_STEP = 0.5
 # The setup lines a lecturer needs beside the loop: the optimizer, its learning rate and
 # the parameters it is given (a manual loop's ``lr = ...``).
 SETUP_KEY = re.compile(r"torch\.optim\.|^lr\s*=")
@@ -178,15 +172,13 @@ class _Side(QWidget):
 
 
 class _Editor(QPlainTextEdit):
-    """The code's text on the fills of the lines that ran and run next, a dashed frame around each
-    line that runs next."""
+    """The code's text, with a dashed frame around each line that runs next."""
 
     def __init__(self, panel: CodeView) -> None:
         super().__init__()
         self.panel = panel
 
     def paintEvent(self, event: QPaintEvent) -> None:
-        self.panel.paint_fills(self.viewport())
         super().paintEvent(event)
         self.panel.paint_frames(self.viewport())
 
@@ -227,10 +219,6 @@ class CodeView(QWidget):
         self._aside: set[int] = set()
         # Presentation mode shows the code, not the run picker and the line checkboxes.
         self.controls_shown = True
-        # The code's type as asked for, and in a still panel the least it may give way to
-        # (None: it never does) so the loop's lines fit whole instead of wrapping.
-        self.points = self.font().pointSizeF()
-        self.least_points: float | None = None
 
         self.title = QLabel("Code")
         self.title.setObjectName("panelTitle")
@@ -251,16 +239,9 @@ class CodeView(QWidget):
         self.editor = _Editor(self)
         self.editor.setObjectName("code")
         self.editor.setReadOnly(True)
-        # Wrapped lines break between tokens, never inside a name (layout only: the text stays the
-        # code). The panel keeps both: Python owns them, the editor holds only a pointer.
-        self._document = QTextDocument(self.editor)
-        self._wrap = TokenWrapLayout(self._document, lambda: self.editor.viewport().width())
-        self._document.setDocumentLayout(self._wrap)
-        self.editor.setDocument(self._document)
         # Wrapped, never cut: the fact a line is there for (an lr, a parameter) may sit at its end.
         self.set_wrap(True)
-        # A word longer than the panel (``torch.optim.SGD([*rnn.parameters(),``) breaks too (between
-        # its tokens, see TokenWrapLayout).
+        # A word longer than the panel (``torch.optim.SGD([*rnn.parameters(),``) breaks too.
         self.editor.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         self.editor.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.editor.setFocusPolicy(Qt.FocusPolicy.NoFocus)
@@ -303,53 +284,12 @@ class CodeView(QWidget):
 
     def set_point_size(self, size: float) -> None:
         """Type size of the code (presentation mode uses a large one)."""
-        self.points = size
-        self._use_points(self._fitted_points())
-
-    def _use_points(self, size: float) -> None:
         font = self.editor.font()
         font.setPointSizeF(size)
         self.editor.setFont(font)
         self.gutter.setFont(font)
-        if self.least_points is not None:
-            # A style sheet's type size wins over a widget's font: a still panel names its own.
-            self.editor.setStyleSheet(f"font-size: {size:g}pt;")
-            self.editor.ensurePolished()
-            self.gutter.ensurePolished()
         self._layout_gutter()
         self._place_toggles()
-
-    def _fitted_points(self) -> float:
-        """The type a still panel shows: from the size asked for down to its least, the one in which
-        the fewest lines of the loop wrap, the largest of those (so the size asked for where every
-        line fits in it whole)."""
-        least = self.least_points
-        if least is None or not self.lines or self.editor.width() <= 0:
-            return self.points
-        texts = [self.lines[r].text.rstrip() for r in self.loop_rows()]
-        margin = 2 * self.editor.document().documentMargin()
-        # The text area's width and the gutter's, which is measured in the type of the code.
-        room = self.editor.viewport().width() + self.gutter_width()
-
-        def wrapped(size: float) -> int:
-            font = QFont(self.editor.font())
-            font.setPointSizeF(size)
-            fm = QFontMetricsF(font)
-            width = room - self.gutter_width(fm) - margin
-            return sum(fm.horizontalAdvance(t) > width for t in texts)
-
-        sizes = [self.points]
-        while sizes[-1] - POINTS_STEP >= least - 1e-6:
-            sizes.append(sizes[-1] - POINTS_STEP)
-        # Width alone decides: the panel's height is set from the loop this type lays out.
-        return min(sizes, key=lambda size: (wrapped(size), -size))
-
-    def _fit_points(self) -> None:
-        if self.least_points is None:
-            return
-        size = self._fitted_points()
-        if abs(size - self.editor.font().pointSizeF()) > 1e-6:
-            self._use_points(size)
 
     def set_lab(self, info: LabInfo) -> None:
         """Show a new lab: every run, or the one chosen alone when the new lab has a run of that name."""
@@ -433,7 +373,6 @@ class CodeView(QWidget):
         self.editor.setPlainText("\n".join(d.text for d in self.lines))
         self._make_toggles()
         self._layout_gutter()
-        self._fit_points()
         self._highlight()
 
     def _legend(self) -> str:
@@ -523,13 +462,10 @@ class CodeView(QWidget):
     def _slot_width(self) -> int:
         return self.gutter.fontMetrics().lineSpacing() + 2
 
-    def gutter_width(self, fm: QFontMetricsF | None = None) -> int:
-        """The gutter's width, in its type now or in that of ``fm``."""
-        fm = fm or QFontMetricsF(self.gutter.font())
-        lanes = max(len(self.shown), 1) * (math.ceil(fm.lineSpacing()) + 2)
-        # Room for the zero_grad checkbox where the controls are shown.
-        box = math.ceil(fm.height()) + 12 if self.controls_shown else 6
-        return 4 + lanes + math.ceil(fm.horizontalAdvance("000")) + box
+    def gutter_width(self) -> int:
+        fm = self.gutter.fontMetrics()
+        lanes = max(len(self.shown), 1) * self._slot_width()
+        return 4 + lanes + fm.horizontalAdvance("000") + fm.height() + 12
 
     def _layout_gutter(self) -> None:
         width = self.gutter_width()
@@ -544,7 +480,6 @@ class CodeView(QWidget):
     def resizeEvent(self, event: object) -> None:
         super().resizeEvent(event)  # type: ignore[arg-type]
         self._layout_gutter()
-        self._fit_points()
         self._place_toggles()
 
     def _on_update_request(self, rect: QRect, dy: int) -> None:
@@ -679,22 +614,6 @@ class CodeView(QWidget):
             painter.setBrush(colour)
         painter.drawPath(shape)
 
-    def paint_fills(self, viewport: QWidget) -> None:
-        """Fill each line that ran, and each that runs next, across the text area: every visual
-        line of a wrapped one (Qt's full-width selection fills only the visual line of its cursor)."""
-        ran = set().union(*self._ran_by_run().values())
-        # The lines that ran are filled last: filled, they stay filled where a line also runs next.
-        fills = [(r, self.theme.code_next) for r in sorted(set(self._next_by_run().values()) - ran)]
-        fills += [(r, self.theme.code_ran) for r in sorted(ran)]
-        if not fills:
-            return
-        painter = QPainter(viewport)
-        for row, colour in fills:
-            rect = self._row_rect(row)
-            if rect is not None and rect.bottom() >= 0 and rect.top() <= viewport.height():
-                painter.fillRect(QRect(0, rect.top(), viewport.width(), rect.height()), QColor(colour))
-        painter.end()
-
     def paint_frames(self, viewport: QWidget) -> None:
         """A dashed frame around each line that runs next (the lines that ran are filled instead)."""
         rows = sorted(set(self._next_by_run().values()))
@@ -795,7 +714,12 @@ class CodeView(QWidget):
                 fmt.setFontItalic(True)
                 sel.format = fmt
                 selections.append(sel)
-        # The lines that ran and run next are filled by paint_fills, under the text.
+        ran = set().union(*self._ran_by_run().values())
+        # The lines that ran are painted last: filled, they stay filled where a line also runs next.
+        for row in sorted(set(self._next_by_run().values()) - ran):
+            selections.append(self._line_selection(row, self.theme.code_next))
+        for row in sorted(ran):
+            selections.append(self._line_selection(row, self.theme.code_ran))
         self.editor.setExtraSelections(selections)
         self.gutter.update()
         self.editor.viewport().update()
@@ -806,6 +730,18 @@ class CodeView(QWidget):
         cursor.setPosition(block.position())
         cursor.setPosition(block.position() + max(block.length() - 1, 0), cursor.MoveMode.KeepAnchor)
         return cursor
+
+    def _line_selection(self, row: int, colour: str) -> QTextEdit.ExtraSelection:
+        sel = QTextEdit.ExtraSelection()
+        block = self.editor.document().findBlockByNumber(row)
+        cursor = self.editor.textCursor()
+        cursor.setPosition(block.position())
+        sel.cursor = cursor
+        fmt = QTextCharFormat()
+        fmt.setBackground(QColor(colour))
+        fmt.setProperty(QTextFormat.Property.FullWidthSelection, True)
+        sel.format = fmt
+        return sel
 
     # ---------------------------------------------------------- scrolling
     def setup_rows(self) -> list[int]:
@@ -905,19 +841,10 @@ class CodeView(QWidget):
             return line
         return max(math.ceil(self.editor.blockBoundingRect(block).height()), line)
 
-    def set_still(self, least_points: float | None = None) -> None:
-        """For frames that cannot be scrolled: long lines wrap and no scroll bar shows.
-
-        With ``least_points``, the type gives way, down to that size, where a smaller one
-        lets every line of the loop fit whole (a lecturer reads each line as one).
-        """
+    def set_still(self) -> None:
+        """For frames that cannot be scrolled: long lines wrap and no scroll bar shows."""
         self.set_wrap(True)
         self.editor.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.least_points = least_points
-        if least_points is not None:
-            self.editor.ensurePolished()
-            self.points = self.editor.font().pointSizeF()  # the type its window gives it
-            self._use_points(self._fitted_points())
 
     def scroll_position(self) -> int:
         return int(self.editor.verticalScrollBar().value())
