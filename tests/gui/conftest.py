@@ -54,25 +54,45 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gl: needs an OpenGL context (run under xvfb-run)")
 
 
-@pytest.fixture
-def inline_window(qtbot):
-    """``inline_window(scenario, graph=True)``: the window over an inline lab (ops run as they are
-    asked for), the graph view shown or not."""
+def _graph_windows(qtbot, threaded: bool):
+    """A maker of 1280x720 windows, the graph view shown or not, and the list of those it made."""
     from gradviz.gui.controller import Controller
     from gradviz.gui.window import MainWindow
 
     made = []
 
-    def make(scenario: str, graph: bool = True) -> MainWindow:
-        w = MainWindow(Controller(threaded=False), interactive=False)
+    def make(graph: bool = True) -> MainWindow:
+        w = MainWindow(Controller(threaded=threaded), interactive=False)
         qtbot.addWidget(w)
         w.resize(1280, 720)
         w.show_panel("graph", graph)
         w.show()
-        w.controller.open(scenario)
         made.append(w)
         return w
 
+    return make, made
+
+
+@pytest.fixture
+def inline_window(qtbot):
+    """``inline_window(scenario, graph=True)``: the window over an inline lab (ops run as they are
+    asked for), the graph view shown or not."""
+    make, made = _graph_windows(qtbot, threaded=False)
+
+    def opened(scenario: str, graph: bool = True):
+        w = make(graph)
+        w.controller.open(scenario)
+        return w
+
+    yield opened
+    for w in made:
+        w.controller.shutdown()
+
+
+@pytest.fixture
+def threaded_window(qtbot):
+    """``threaded_window(graph=True)``: the window over a lab on its worker threads, nothing opened."""
+    make, made = _graph_windows(qtbot, threaded=True)
     yield make
     for w in made:
         w.controller.shutdown()

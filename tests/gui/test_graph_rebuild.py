@@ -27,24 +27,11 @@ def expected_graph(scenario: str, lab: Any, run: str, tick: int):
     return limited(capture_graph(load_builtin(scenario), run, iteration, number), VIEW_VALUES)
 
 
-@pytest.fixture
-def threaded_window(qtbot):
-    from gradviz.gui.controller import Controller
-    from gradviz.gui.window import MainWindow
-
-    w = MainWindow(Controller(threaded=True), interactive=False)
-    qtbot.addWidget(w)
-    w.resize(1280, 720)
-    w.show_panel("graph", True)
-    w.show()
-    yield w
-    w.controller.shutdown()
-
-
 def test_a_step_back_after_a_full_speed_play_shows_the_graph_that_backward_walked(threaded_window, qtbot):
     from gradviz.gui.views.graph import REBUILDING
 
-    w, c = threaded_window, threaded_window.controller
+    w = threaded_window()
+    c = w.controller
     c.open("forgot-zero-grad")
     qtbot.waitUntil(lambda: c.info is not None and not c.busy, timeout=30_000)
     c.set_speed(0)  # full speed: many ops a request, each run's newest graph made once a request
@@ -73,7 +60,7 @@ def test_a_step_back_after_a_full_speed_play_shows_the_graph_that_backward_walke
 
 
 def test_the_window_keeps_the_graphs_of_its_last_ops_only(threaded_window, qtbot):
-    c = threaded_window.controller
+    c = threaded_window().controller
     c.open("forgot-zero-grad")
     qtbot.waitUntil(lambda: c.info is not None and not c.busy, timeout=30_000)
     for _ in range(3 * GRAPHS_KEPT):  # one op at a time: every forward's and backward's graph is made

@@ -200,33 +200,24 @@ def test_the_view_opened_between_two_backwards_names_the_node_whose_saved_tensor
     assert late.graph.shown.graph.failed == graph.failed
 
 
-def test_a_graph_opened_after_a_backward_raised_is_walked_again_off_the_gui_thread(qtbot):
-    from gradviz.gui.controller import Controller
+def test_a_graph_opened_after_a_backward_raised_is_walked_again_off_the_gui_thread(threaded_window, qtbot):
     from gradviz.gui.views.graph import FINDING
-    from gradviz.gui.window import MainWindow
 
-    w = MainWindow(Controller(threaded=True), interactive=False)
-    qtbot.addWidget(w)
-    w.resize(1280, 720)
-    w.show_panel("graph", False)
-    w.show()
-    try:
-        w.controller.open("backward-twice")
-        qtbot.waitUntil(lambda: w.controller.info is not None and not w.controller.busy, timeout=30_000)
-        for _ in range(4):  # zero_grad, forward, backward, backward: the second raises, no graph captured
-            assert w.controller.next_op()
-            qtbot.waitUntil(lambda: not w.controller.busy, timeout=30_000)
-        w.show_panel("graph", True)
-        w.redraw()
-        # The window's draw came back before the lab's thread walked the graph again: it says so.
-        assert w.graph.shown.graph is None and w.graph.note.text() == FINDING
-        qtbot.waitUntil(lambda: w.graph.shown.graph is not None, timeout=30_000)
-        graph = w.graph.shown.graph
-        assert graph.nodes[graph.failed].name == raised_in("backward-twice", "no-retain") == "DivBackward0"
-        note = w.graph.note.text()
-        assert note.startswith("backward() raised in DivBackward0: the backward() before freed")
-    finally:
-        w.controller.shutdown()
+    w = threaded_window(graph=False)
+    w.controller.open("backward-twice")
+    qtbot.waitUntil(lambda: w.controller.info is not None and not w.controller.busy, timeout=30_000)
+    for _ in range(4):  # zero_grad, forward, backward, backward: the second raises, no graph captured
+        assert w.controller.next_op()
+        qtbot.waitUntil(lambda: not w.controller.busy, timeout=30_000)
+    w.show_panel("graph", True)
+    w.redraw()
+    # The window's draw came back before the lab's thread walked the graph again: it says so.
+    assert w.graph.shown.graph is None and w.graph.note.text() == FINDING
+    qtbot.waitUntil(lambda: w.graph.shown.graph is not None, timeout=30_000)
+    graph = w.graph.shown.graph
+    assert graph.nodes[graph.failed].name == raised_in("backward-twice", "no-retain") == "DivBackward0"
+    note = w.graph.note.text()
+    assert note.startswith("backward() raised in DivBackward0: the backward() before freed")
 
 
 def test_after_step_the_graph_is_drawn_freed_and_says_so(inline_window):
