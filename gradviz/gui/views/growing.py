@@ -65,16 +65,12 @@ class GrowingLine(pg.GraphicsObject):
         """The whole series as handed."""
         return self._x, self._y
 
-    def setPen(self, *args: Any, **kwargs: Any) -> None:
-        for part in (self.settled, self.tail):
-            part.setPen(*args, **kwargs)
-
     def pixelPadding(self) -> float:
         return float(self.settled.pixelPadding())
 
     def dataBounds(self, ax: int, frac: float = 1.0, orthoRange: Any = None) -> tuple[Any, Any]:
         """The series' bounds along axis ``ax``, for pyqtgraph's auto-range (as one curve reports them)."""
-        bounds = [b for b in (p.dataBounds(ax, frac, orthoRange) for p in (self.settled, self.tail))]
+        bounds = [p.dataBounds(ax, frac, orthoRange) for p in (self.settled, self.tail)]
         lows = [b[0] for b in bounds if b[0] is not None]
         highs = [b[1] for b in bounds if b[1] is not None]
         return (min(lows), max(highs)) if lows else (None, None)

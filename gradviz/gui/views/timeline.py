@@ -494,9 +494,13 @@ class EndLabels:
         w, h = box.width(), box.height()
         placed = (x0, x1, y0, y1, w, h, self.ends, self.weigh)
         # The curves' points are compared by identity: a hand-over of new points makes new arrays.
-        over = len(self.drawn) == len(self._placed_over) and all(
-            x is was_x and y is was_y
-            for (x, y), (was_x, was_y) in zip(self.drawn, self._placed_over, strict=True)
+        # Unweighed (during Play) the places do not depend on the curves at all.
+        over = not self.weigh or (
+            len(self.drawn) == len(self._placed_over)
+            and all(
+                x is was_x and y is was_y
+                for (x, y), (was_x, was_y) in zip(self.drawn, self._placed_over, strict=True)
+            )
         )
         if placed == self._placed and over:
             return
