@@ -44,8 +44,7 @@ def flat_copy(tensors: Sequence[torch.Tensor]) -> np.ndarray:
     if not tensors:
         return EMPTY
     try:  # CPU tensors that need no gradient, of a dtype numpy has: numpy copies them in one call
-        flat = np.concatenate([t.numpy() for t in tensors], axis=None)
-        return flat if flat.dtype is FLOAT32 else flat.astype(np.float32)
+        return join([t.numpy().reshape(-1) for t in tensors])
     except (TypeError, RuntimeError):
         pass
     parts = [t.detach().reshape(-1).float() for t in tensors]

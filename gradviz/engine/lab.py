@@ -137,9 +137,7 @@ class Lab:
         self.ticks_per_iteration = len(self.schedule)
         self.tick = 0
         kept = (1 if self.streaming else recent) if self.mode == "full" else 0
-        self.history = History([r.name for r in self.runs], kept, self.schedule, self._rebuild)
-        for h in self.history.runs.values():
-            h.scalars_kept = scalars
+        self.history = History([r.name for r in self.runs], kept, self.schedule, self._rebuild, scalars)
         if self.mode != "bare":
             for run in self.runs:
                 self.history[run.name].keyframes[0] = Keyframe(run.current, None)

@@ -397,7 +397,14 @@ class RunHistory:
     by ``rebuild`` (the lab's replay from the keyframe before them).
     """
 
-    def __init__(self, run: str, recent: int, ticks: ScheduledTicks, rebuild: Rebuild | None = None) -> None:
+    def __init__(
+        self,
+        run: str,
+        recent: int,
+        ticks: ScheduledTicks,
+        rebuild: Rebuild | None = None,
+        scalars: int = SCALARS_KEPT,
+    ) -> None:
         self.run = run
         self.recent_limit = recent
         # Thinned a slice at a time, so that each thinning's cost is spread over many ops.
@@ -410,7 +417,8 @@ class RunHistory:
         self.ticks = ticks
         # The scalars of the ops from ``scalars_from`` on (every op until there are SCALARS_KEPT).
         self.scalars_from = 0
-        self.scalars_kept = SCALARS_KEPT
+        self.scalars_kept = scalars
+        self._forget_at = max(scalars + 1, scalars * 9 // 8)  # forgotten an eighth at a time
         self.loss = array("d")  # exactly as PyTorch gave it (nan before the first forward)
         self.grad_norm = array("f")  # norms only feed the timeline's plots
         self.param_norm = array("f")
@@ -437,8 +445,8 @@ class RunHistory:
         self.loss.append(math.nan if loss is None else loss)
         self.grad_norm.append(grad_norm)
         self.param_norm.append(param_norm)
-        if len(self.loss) > self.scalars_kept and len(self.loss) >= self.scalars_kept * 9 // 8:
-            self._forget_scalars(len(self.loss) - self.scalars_kept)  # an eighth at a time
+        if len(self.loss) >= self._forget_at:
+            self._forget_scalars(len(self.loss) - self.scalars_kept)
         if record is not None and self.keep_records:
             self.recent.append(record)
             if len(self.recent) >= self._thin_at:
@@ -511,9 +519,10 @@ class History:
         recent: int,
         schedule: Sequence[Sequence[OpSlot | None]],
         rebuild: Rebuild | None = None,
+        scalars: int = SCALARS_KEPT,
     ) -> None:
         self.runs = {
-            name: RunHistory(name, recent, ScheduledTicks.of_schedule(schedule, r), rebuild)
+            name: RunHistory(name, recent, ScheduledTicks.of_schedule(schedule, r), rebuild, scalars)
             for r, name in enumerate(runs)
         }
 
