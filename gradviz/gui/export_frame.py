@@ -80,6 +80,8 @@ DRAG_HINT = " Drag to rotate, wheel to zoom."
 SURFACE_MARGIN = 0.04
 # Code lines narrower than this many characters wrap too often to read.
 MIN_CODE_CHARS = 20
+# The code's type gives way down to the caption's least so the loop's lines fit whole.
+MIN_CODE_POINTS = MIN_CAPTION_POINTS
 # A lesson card's type is no smaller than this; it gives up this many points to hide less evidence.
 MIN_CARD_POINTS = 8.0
 CARD_POINTS_TRADED = 2.0
@@ -398,8 +400,9 @@ class ExportFrame(QWidget):
         code = self.views.get("code")
         if code is not None:
             # On a slide nothing is cut at the panel's edge: long lines wrap, as in presentation
-            # mode; and a frame cannot be scrolled, so it shows no scroll bar.
-            code.set_still()
+            # mode, in smaller type where that keeps the loop's lines whole; and a frame cannot be
+            # scrolled, so it shows no scroll bar.
+            code.set_still(MIN_CODE_POINTS)
         grads = self.views.get("grads")
         if grads is not None:
             grads.set_still()

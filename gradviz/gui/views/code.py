@@ -26,6 +26,8 @@ from PySide6.QtGui import (
     QColor,
     QFont,
     QFontDatabase,
+    QFontMetrics,
+    QFontMetricsF,
     QPainter,
     QPainterPath,
     QPaintEvent,
@@ -51,6 +53,8 @@ from PySide6.QtWidgets import (
 from gradviz.gui.theme import LIGHT, Theme, run_color, run_glyph, run_symbol
 from gradviz.gui.window_history import LabInfo, Moment, RunInfo
 
+# Steps in which a still panel's type gives way so the loop's lines fit whole.
+POINTS_STEP = 0.5
 # The setup lines a lecturer needs beside the loop: the optimizer, its learning rate and
 # the parameters it is given (a manual loop's ``lr = ...``).
 SETUP_KEY = re.compile(r"torch\.optim\.|^lr\s*=")
@@ -219,6 +223,10 @@ class CodeView(QWidget):
         self._aside: set[int] = set()
         # Presentation mode shows the code, not the run picker and the line checkboxes.
         self.controls_shown = True
+        # The code's type as asked for, and in a still panel the least it may give way to
+        # (None: it never does) so the loop's lines fit whole instead of wrapping.
+        self.points = self.font().pointSizeF()
+        self.least_points: float | None = None
 
         self.title = QLabel("Code")
         self.title.setObjectName("panelTitle")
@@ -284,12 +292,53 @@ class CodeView(QWidget):
 
     def set_point_size(self, size: float) -> None:
         """Type size of the code (presentation mode uses a large one)."""
+        self.points = size
+        self._use_points(self._fitted_points())
+
+    def _use_points(self, size: float) -> None:
         font = self.editor.font()
         font.setPointSizeF(size)
         self.editor.setFont(font)
         self.gutter.setFont(font)
+        if self.least_points is not None:
+            # A style sheet's type size wins over a widget's font: a still panel names its own.
+            self.editor.setStyleSheet(f"font-size: {size:g}pt;")
+            self.editor.ensurePolished()
+            self.gutter.ensurePolished()
         self._layout_gutter()
         self._place_toggles()
+
+    def _fitted_points(self) -> float:
+        """The type a still panel shows: from the size asked for down to its least, the one in which
+        the fewest lines of the loop wrap, the largest of those (so the size asked for where every
+        line fits in it whole)."""
+        least = self.least_points
+        if least is None or not self.lines or self.editor.width() <= 0:
+            return self.points
+        texts = [self.lines[r].text.rstrip() for r in self.loop_rows()]
+        margin = 2 * self.editor.document().documentMargin()
+        # The text area's width and the gutter's, which is measured in the type of the code.
+        room = self.editor.viewport().width() + self.gutter_width()
+
+        def wrapped(size: float) -> int:
+            font = QFont(self.editor.font())
+            font.setPointSizeF(size)
+            fm = QFontMetricsF(font)
+            width = room - self.gutter_width(font) - margin
+            return sum(fm.horizontalAdvance(t) > width for t in texts)
+
+        sizes = [self.points]
+        while sizes[-1] - POINTS_STEP >= least - 1e-6:
+            sizes.append(sizes[-1] - POINTS_STEP)
+        # Width alone decides: the panel's height is set from the loop this type lays out.
+        return min(sizes, key=lambda size: (wrapped(size), -size))
+
+    def _fit_points(self) -> None:
+        if self.least_points is None:
+            return
+        size = self._fitted_points()
+        if abs(size - self.editor.font().pointSizeF()) > 1e-6:
+            self._use_points(size)
 
     def set_lab(self, info: LabInfo) -> None:
         """Show a new lab: every run, or the one chosen alone when the new lab has a run of that name."""
@@ -373,6 +422,7 @@ class CodeView(QWidget):
         self.editor.setPlainText("\n".join(d.text for d in self.lines))
         self._make_toggles()
         self._layout_gutter()
+        self._fit_points()
         self._highlight()
 
     def _legend(self) -> str:
@@ -462,9 +512,10 @@ class CodeView(QWidget):
     def _slot_width(self) -> int:
         return self.gutter.fontMetrics().lineSpacing() + 2
 
-    def gutter_width(self) -> int:
-        fm = self.gutter.fontMetrics()
-        lanes = max(len(self.shown), 1) * self._slot_width()
+    def gutter_width(self, font: QFont | None = None) -> int:
+        """The gutter's width, in its type now or in ``font``."""
+        fm = QFontMetrics(font) if font is not None else self.gutter.fontMetrics()
+        lanes = max(len(self.shown), 1) * (fm.lineSpacing() + 2)
         return 4 + lanes + fm.horizontalAdvance("000") + fm.height() + 12
 
     def _layout_gutter(self) -> None:
@@ -480,6 +531,7 @@ class CodeView(QWidget):
     def resizeEvent(self, event: object) -> None:
         super().resizeEvent(event)  # type: ignore[arg-type]
         self._layout_gutter()
+        self._fit_points()
         self._place_toggles()
 
     def _on_update_request(self, rect: QRect, dy: int) -> None:
@@ -841,10 +893,19 @@ class CodeView(QWidget):
             return line
         return max(math.ceil(self.editor.blockBoundingRect(block).height()), line)
 
-    def set_still(self) -> None:
-        """For frames that cannot be scrolled: long lines wrap and no scroll bar shows."""
+    def set_still(self, least_points: float | None = None) -> None:
+        """For frames that cannot be scrolled: long lines wrap and no scroll bar shows.
+
+        With ``least_points``, the type gives way, down to that size, where a smaller one
+        lets every line of the loop fit whole (a lecturer reads each line as one).
+        """
         self.set_wrap(True)
         self.editor.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.least_points = least_points
+        if least_points is not None:
+            self.editor.ensurePolished()
+            self.points = self.editor.font().pointSizeF()  # the type its window gives it
+            self._use_points(self._fitted_points())
 
     def scroll_position(self) -> int:
         return int(self.editor.verticalScrollBar().value())
