@@ -8,6 +8,7 @@ from itertools import pairwise
 
 from gui_helpers import Paints, press
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
 
 
 def test_each_play_frame_paints_the_inspector_once_while_its_columns_resize(open_window, qtbot) -> None:
@@ -50,3 +51,26 @@ def test_bars_kept_between_paints_are_the_bars_of_the_values_shown(open_window, 
     fresh = viewport.grab().toImage()
     assert kept != first, "the new values were drawn"
     assert kept == fresh, "what is drawn from the bars kept is what the values draw afresh"
+
+
+def test_a_scroll_bar_that_comes_and_goes_with_each_fit_does_not_refit_for_ever(open_window, qtbot) -> None:
+    # Where the rows laid out at one width bring a scroll bar and those at the other take it away,
+    # the text area narrows and widens by itself: fitting on every resize would never end.
+    w = open_window("forgot-zero-grad")
+    grads = w.grads
+    table, viewport = grads.table, grads.table.viewport()
+    table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    qtbot.wait(50)  # laid out
+    wide = viewport.width()
+    fitted = []
+    real = grads._fit
+    grads._fit = lambda: (fitted.append(viewport.width()), real())[1]  # type: ignore[method-assign]
+    for policy in ("AlwaysOn", "AlwaysOff", "AlwaysOn"):  # the bar comes, goes, comes
+        table.setVerticalScrollBarPolicy(getattr(Qt.ScrollBarPolicy, f"ScrollBar{policy}"))
+        QApplication.processEvents()
+    narrow = viewport.width()
+    assert narrow < wide
+    assert fitted == [narrow, wide], "back at the width before last, the layout stays"
+    # The panel itself resized (the window, a splitter): its text area is fitted again.
+    grads.resize(grads.width() - 40, grads.height())
+    qtbot.waitUntil(lambda: len(fitted) > 2)

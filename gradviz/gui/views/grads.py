@@ -17,7 +17,7 @@ import operator
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, QRect, QRectF, QSize, Qt
@@ -410,6 +410,8 @@ class GradsView(QWidget):
         self._state_tips: dict[int, object] = {}  # row -> the optimizer state its tooltip lists
         self._refit = False  # a cell changed what it shows since the widths were last fitted
         self._natural: list[int] | None = None  # each column's widest content when last fitted
+        # The text area's widths fitted to since the panel itself last changed size (see eventFilter).
+        self._viewport_widths: list[int] = []
         self.title = QLabel(".grad inspector")
         self.title.setObjectName("panelTitle")
         self.table = QTableWidget(0, len(COLUMNS))
@@ -491,6 +493,7 @@ class GradsView(QWidget):
         sideways wherever that can be done.
         """
         self._layout_key = None
+        self._viewport_widths = []
         self._fit()
 
     def _fit(self) -> None:
@@ -650,10 +653,19 @@ class GradsView(QWidget):
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
+        self._viewport_widths = []
         self._fit()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if event.type() == QEvent.Type.Resize and watched is self.table.viewport():
+            # The text area narrows and widens by itself as a scroll bar comes and goes. Where the
+            # rows one width lays out bring the bar and the other width's take it away, each fit
+            # would undo the last for ever: back at the width before last, the layout stays.
+            width = cast(QResizeEvent, event).size().width()
+            seen = self._viewport_widths
+            if len(seen) == 2 and seen[0] == width != seen[1]:
+                return False
+            self._viewport_widths = [*seen[-1:], width]
             self._fit()
         return False
 
