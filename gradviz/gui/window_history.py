@@ -73,6 +73,8 @@ class LabInfo:
     code_at: Callable[[int], LabInfo] | None = None
     # Full records the lab keeps per run (its recent past); None: every one (a recording, whole).
     recent: int | None = None
+    # A replayed recording: no model or data, so no other plane to choose and nothing to step.
+    recorded: bool = False
 
     def run_index(self, name: str) -> int:
         return next(i for i, r in enumerate(self.runs) if r.name == name)

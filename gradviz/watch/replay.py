@@ -245,6 +245,7 @@ def replay_of(rec: Recording, where: str = "") -> Replay:
         full_records=True,
         initial={run: initial},
         parameter_count=sum(int(p["numel"]) for p in params),
+        recorded=True,
     )
     shown_at: list[LabInfo] = []  # the lab as the code panel shows it after each op
     info = replace(

@@ -178,6 +178,17 @@ def test_each_op_on_the_tape_carries_its_letter(open_window, qtbot) -> None:
     assert [OP_LETTERS[op] for op in rt.ops] == ["Z", "F", "B", "S"]
 
 
+def test_the_time_axis_marks_whole_ticks_only_however_few_ops(open_window, qtbot) -> None:
+    w = open_window("standard-loop")
+    _step(qtbot, w, 3)  # three ops: pyqtgraph alone would mark every half tick
+    w.redraw()
+    axis = w.timeline.plots["tape"].getAxis("bottom")
+    (x0, x1), _ = w.timeline.plots["tape"].viewRange()
+    marks = [v for _, values in axis.tickValues(x0, x1, axis.width()) for v in values]
+    assert len(marks) >= 3
+    assert all(float(v).is_integer() for v in marks), marks
+
+
 def test_letters_give_way_where_ops_are_too_dense_to_letter(open_window, qtbot) -> None:
     w = open_window("forgot-zero-grad")
     c = w.controller

@@ -97,6 +97,19 @@ def test_the_surface_says_why_a_recording_has_none(window, qtbot, forgot):
     assert title.endswith("its path over the principal-components plane")
 
 
+def test_a_recording_offers_no_plane_to_choose_and_its_axes_read_as_the_path(window, qtbot, forgot):
+    window.open_scenario(str(forgot))
+    window.controller.seek(9)
+    window.redraw()
+    surface = window.surface
+    assert surface.mode == "plane" and surface.plane_surface is not None
+    # No model or data: no other plane can be made, so neither the picker nor Recompute shows.
+    assert not surface.controls.isVisible()
+    # The path's own coordinates on the ticks, and the axis titles whole (no "(x0.001)" scale).
+    for name in ("left", "bottom"):
+        assert "(x" not in surface.plot.getAxis(name).labelString()
+
+
 def test_a_recording_too_short_for_a_plane_promises_none(window, qtbot, tmp_path):
     from tests.watch.test_watch import watch
 
@@ -105,7 +118,11 @@ def test_a_recording_too_short_for_a_plane_promises_none(window, qtbot, tmp_path
     window.open_scenario(str(tmp_path / "rec.json"))
     window.controller.seek(2)
     qtbot.waitUntil(lambda: "too few updates" in window.surface.caption.text())
-    assert window.surface.title.text() == "Loss surface: none drawn"
+    surface = window.surface
+    assert surface.title.text() == "Loss surface: none drawn"
+    # The reason stands in the plot's place, with no plane picker promising another.
+    assert surface.placeholder.isVisible() and "too few updates" in surface.placeholder.text()
+    assert not surface.plot_widget.isVisible() and not surface.controls.isVisible()
 
 
 def test_file_open_on_a_bad_recording_shows_one_sentence(window, qtbot, forgot, tmp_path, monkeypatch):

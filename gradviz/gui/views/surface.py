@@ -197,6 +197,10 @@ class SurfaceView(QWidget):
         self.plot = self.plot_widget.getPlotItem()
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
+        # Ticks read as the weights themselves: a "(x0.001)" pyqtgraph would add to a label names no
+        # weight, and a long label it lengthens is cut at the plot's edge.
+        for name in ("left", "bottom"):
+            self.plot.getAxis(name).enableAutoSIPrefix(False)
         # The left axis changes only with the range: painted from a pixmap while the paths move.
         # (The bottom one draws its line just outside its bounds, which a pixmap would cut.)
         self.plot.getAxis("left").setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
@@ -259,7 +263,6 @@ class SurfaceView(QWidget):
         page = QWidget()
         inner = QVBoxLayout(page)
         inner.setContentsMargins(0, 0, 0, 0)
-        inner.addWidget(self.controls)
         inner.addWidget(self.key)
         inner.addWidget(self.plot_widget, 1)
         inner.addWidget(self.caption)
@@ -269,6 +272,8 @@ class SurfaceView(QWidget):
         box = QVBoxLayout(self)
         box.setContentsMargins(4, 4, 4, 4)
         box.addWidget(self.title)
+        # Above either page: where no plane could be made, another kind may be chosen.
+        box.addWidget(self.controls)
         box.addLayout(self.stack, 1)
 
     # ------------------------------------------------- what the state holds
@@ -352,10 +357,20 @@ class SurfaceView(QWidget):
         self.key.setText(f"{runs}&nbsp;&nbsp;<span style='color:{self.theme.muted}'>{arrows}</span>{same}")
 
     def show_controls(self, on: bool) -> None:
-        """Show or hide the plane's picker and Recompute (a true surface has neither)."""
+        """Show or hide the plane's picker and Recompute (a true surface has neither, nor a recording)."""
         self.controls_shown = on
-        planes = self.info is not None and self.info.surface is None and self.mode in ("plane", "curve")
-        self.controls.setVisible(on and planes)
+        self.controls.setVisible(on and self._planes_to_choose())
+
+    def _planes_to_choose(self) -> bool:
+        """Whether a plane can be chosen and made again: a lab's over weight space, not a recording's
+        (which has no model or data, only its path's one plane)."""
+        info = self.info
+        return (
+            info is not None
+            and info.surface is None
+            and not info.recorded
+            and self.mode in ("plane", "curve")
+        )
 
     def set_point_size(self, size: float) -> None:
         """Type size of axis labels and ticks; the current markers grow with it."""
@@ -460,7 +475,7 @@ class SurfaceView(QWidget):
             self.plane_kind.addItem(label, kind)
         self.plane_kind.blockSignals(False)
         self.plane_kind.setEnabled(len(kinds) > 1)
-        self.controls.setVisible(self.controls_shown)
+        self.controls.setVisible(self.controls_shown and self._planes_to_choose())
         self.curve.setVisible(self.mode == "curve")
         self.image.setVisible(self.mode == "plane")
         n = info.parameter_count
@@ -490,12 +505,16 @@ class SurfaceView(QWidget):
         if self.mode in ("plane", "curve"):
             self.title.setText("Loss surface: none drawn")
             self.caption.setText(message)
+            # The reason in the plot's place: axes around nothing would read as a surface.
+            self.placeholder.setText(message)
+            self.stack.setCurrentIndex(1)
 
     def set_plane_surface(self, surface: PlaneSurface) -> None:
         """Draw a surface over a plane (the coarse preview, then the full grid)."""
         new_plane = self.plane_surface is None or self.plane_surface.plane is not surface.plane
         if not self.state.set_plane_surface(surface):
             return
+        self.stack.setCurrentIndex(0)
         self.title.setText(surface.title or self._plane_title)
         if new_plane:
             index = self.plane_kind.findData(surface.kind)

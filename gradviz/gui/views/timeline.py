@@ -376,6 +376,18 @@ class SparseAxis(pg.AxisItem):
         return distinct_labels([float(v) for v in values])
 
 
+class TickAxis(pg.AxisItem):
+    """The axis of ticks: whole numbers only, so no label or mark falls between two ticks."""
+
+    def tickSpacing(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, float]]:
+        levels: list[tuple[float, float]] = []
+        for spacing, offset in super().tickSpacing(minVal, maxVal, size):
+            level = (max(float(spacing), 1.0), float(offset))
+            if level not in levels:
+                levels.append(level)
+        return levels
+
+
 class BytesAxis(pg.AxisItem):
     """A linear axis of bytes with round labels in one unit: 0, 5,000, 10,000 B or 0, 20, 40 KB."""
 
@@ -908,7 +920,10 @@ class TimelineView(QWidget):
                 else SparseAxis("left")
             )
             plot = self.graphics.addPlot(
-                row=row, col=1, viewBox=ScrubViewBox(self.scrubbed.emit), axisItems={"left": left}
+                row=row,
+                col=1,
+                viewBox=ScrubViewBox(self.scrubbed.emit),
+                axisItems={"left": left, "bottom": TickAxis("bottom")},
             )
             plot.setMenuEnabled(False)
             plot.hideButtons()
