@@ -326,7 +326,9 @@ def test_scenario_picker_opens_another_scenario(open_window, qtbot) -> None:
         lambda: w.surface.plane_surface is not None and w.surface.plane_surface.final, timeout=30000
     )
     assert w.surface.plane_surface.plane.labels == ("offset", "weight")
-    assert w.surface.stack.currentIndex() == 0 and "Off the plane" in w.surface.caption.text()
+    # The distance off the plane is read from the moment drawn on it: the next frame's.
+    qtbot.waitUntil(lambda: "Off the plane" in w.surface.caption.text(), timeout=5000)
+    assert w.surface.stack.currentIndex() == 0
 
 
 def test_a_lesson_without_a_surface_gives_its_space_to_the_other_views(open_window, qtbot) -> None:
