@@ -509,13 +509,14 @@ class CodeView(QWidget):
         return next((b for _, b in self.toggles if b.objectName() == name[what]), None)
 
     # ------------------------------------------------------------- layout
-    def _slot_width(self) -> int:
-        return self.gutter.fontMetrics().lineSpacing() + 2
+    def _slot_width(self, fm: QFontMetrics | None = None) -> int:
+        """One run's lane in the gutter, in its type now or in that of ``fm``."""
+        return (fm or self.gutter.fontMetrics()).lineSpacing() + 2
 
     def gutter_width(self, font: QFont | None = None) -> int:
         """The gutter's width, in its type now or in ``font``."""
         fm = QFontMetrics(font) if font is not None else self.gutter.fontMetrics()
-        lanes = max(len(self.shown), 1) * (fm.lineSpacing() + 2)
+        lanes = max(len(self.shown), 1) * self._slot_width(fm)
         return 4 + lanes + fm.horizontalAdvance("000") + fm.height() + 12
 
     def _layout_gutter(self) -> None:
