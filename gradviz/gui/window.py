@@ -163,7 +163,7 @@ class MainWindow(QMainWindow):
         self.lesson_panel.hide()
         self.lesson = LessonRunner(self.controller, self.lesson_panel)
         # Once laid out: the panel's width follows what it shows, and in presentation the views' shares too.
-        self.lesson_panel.content_changed.connect(lambda: QTimer.singleShot(0, self._refit))
+        self.lesson_panel.content_changed.connect(lambda: QTimer.singleShot(0, self, self._refit))
         beside = QHBoxLayout()
         beside.setSpacing(6)
         beside.addWidget(self.split, 5)
@@ -377,7 +377,7 @@ class MainWindow(QMainWindow):
         self._show_chosen()
         self._share_left_column(info)
         if self.presenting:
-            QTimer.singleShot(0, self.fit_presentation)
+            QTimer.singleShot(0, self, self.fit_presentation)
         self.setWindowTitle(f"gradviz: {info.scenario.title}")
         replay = self.controller.replay
         self._show_replay(replay)
@@ -570,7 +570,7 @@ class MainWindow(QMainWindow):
 
         def start(_info: object) -> None:
             self.controller.lab_changed.disconnect(start)
-            QTimer.singleShot(0, lambda: self.set_lesson(True))
+            QTimer.singleShot(0, self, lambda: self.set_lesson(True))
 
         self.controller.lab_changed.connect(start)
 
@@ -590,7 +590,7 @@ class MainWindow(QMainWindow):
         self._lesson_width, self._lesson_needs = ((0, 0), 0), {}  # measured anew for this lesson's stops
         if self.presenting:
             self._show_chosen()
-            QTimer.singleShot(0, self.fit_presentation)  # the views' share of the screen changed
+            QTimer.singleShot(0, self, self.fit_presentation)  # the views' share of the screen changed
         if on and not started:
             self.show_error("This scenario's lesson has no stops; open a built-in scenario to follow one.")
         return started
@@ -651,7 +651,7 @@ class MainWindow(QMainWindow):
             self.surface3d.draw(moment)
         if self.presenting and not self.controller.playing and self.grads.row_heights() != self._fitted_rows:
             # Rows wrapped anew at a pause: share the column again, so no row shows cut in half.
-            QTimer.singleShot(0, self._fit_columns)
+            QTimer.singleShot(0, self, self._fit_columns)
         if self.findings.isVisible():
             self.findings.mark(moment.tick)
         text = narrate(moment if shown is None else replace(moment, info=shown), self.code.run_name)
@@ -670,7 +670,7 @@ class MainWindow(QMainWindow):
         # started here fires once that paint is done.
         if watched is self and event.type() == QEvent.Type.UpdateRequest and self._paint_started is None:
             self._paint_started = time.perf_counter()
-            QTimer.singleShot(0, self._after_paint)
+            QTimer.singleShot(0, self, self._after_paint)
         return False
 
     def _after_paint(self) -> None:
@@ -794,7 +794,7 @@ class MainWindow(QMainWindow):
                 QApplication.processEvents()  # the normal type's minimum sizes, before the sizes go back
                 for splitter, sizes in zip(self._splitters(), self._normal_sizes, strict=True):
                     splitter.setSizes(sizes)
-                QTimer.singleShot(0, self._refit)  # a lesson's panel: back to the window's width
+                QTimer.singleShot(0, self, self._refit)  # a lesson's panel: back to the window's width
             QApplication.processEvents()
             self.code.show_controls(True)
         self.grads.fit_columns()
@@ -912,7 +912,7 @@ class MainWindow(QMainWindow):
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
-        QTimer.singleShot(0, self._refit)
+        QTimer.singleShot(0, self, self._refit)
 
     def _refit(self) -> None:
         if self.presenting:
@@ -983,7 +983,7 @@ class MainWindow(QMainWindow):
             self._graph_column = graph
             if graph:  # the reader's split of the other two columns, as it was before the graph's came
                 self._split_before_graph = self.split.sizes()[:2]
-            QTimer.singleShot(0, self._share_columns)
+            QTimer.singleShot(0, self, self._share_columns)
 
     def _share_columns(self) -> None:
         """The graph's column at its share, taken from the surfaces' column down to its readable
@@ -1026,7 +1026,7 @@ class MainWindow(QMainWindow):
             act.setChecked(key in self.panels_shown)
         if str(store.value("surface3d", "false")).lower() == "true":
             # After the window is up: the OpenGL probe starts a process and takes a second.
-            QTimer.singleShot(0, lambda: self.set_surface3d(True))
+            QTimer.singleShot(0, self, lambda: self.set_surface3d(True))
         for key, act in self.act_present_panels.items():
             act.blockSignals(True)
             act.setChecked(key in self.presentation_panels)

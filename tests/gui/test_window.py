@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from gui_helpers import colour_near, press, settle
@@ -405,3 +407,27 @@ def test_zero_grad_myths_reads_out_lr_weights_and_memory_before_and_after_zero_g
     assert f".grad {grad_bytes} B → 0 B" in text  # set_to_none drops the tensors
     assert f".grad {grad_bytes} B → {grad_bytes} B" in text  # zeros keep them
     assert not open_window("forgot-zero-grad").grads.readout.isVisible()
+
+
+def test_a_window_deleted_with_a_paint_pending_leaves_no_callback_behind(qapp, monkeypatch) -> None:
+    """The zero timers a window starts (the end of a paint, a refit) die with it: deleting a window
+    between a paint and its end raises nothing in the event loop."""
+    from PySide6.QtCore import QCoreApplication
+
+    from gradviz.gui.controller import Controller
+    from gradviz.gui.window import MainWindow
+
+    window = MainWindow(Controller(threaded=False), interactive=False)
+    window.resize(640, 480)
+    window.show()
+    window.controller.open("forgot-zero-grad")
+    window.controller.next_op()
+    QCoreApplication.sendEvent(window, QEvent(QEvent.Type.UpdateRequest))  # a paint begins
+    window.close()
+    window.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    raised: list[BaseException] = []
+    monkeypatch.setattr(sys, "excepthook", lambda kind, error, trace: raised.append(error))
+    for _ in range(3):
+        qapp.processEvents()
+    assert raised == []
