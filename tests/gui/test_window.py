@@ -410,8 +410,8 @@ def test_zero_grad_myths_reads_out_lr_weights_and_memory_before_and_after_zero_g
 
 
 def test_a_window_deleted_with_a_paint_pending_leaves_no_callback_behind(qapp, monkeypatch) -> None:
-    """The zero timers a window starts (the end of a paint, a refit) die with it: deleting a window
-    between a paint and its end raises nothing in the event loop."""
+    """The zero timer a paint starts dies with its window: deleting a window between a paint and
+    its end raises nothing in the event loop."""
     from PySide6.QtCore import QCoreApplication
 
     from gradviz.gui.controller import Controller
