@@ -9,7 +9,6 @@ ops arrived since the last one.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 from functools import partial
@@ -860,14 +859,9 @@ class MainWindow(QMainWindow):
         return [k for k, v in views.items() if not v.isHidden() and within.isAncestorOf(v)]
 
     def _code_heights(self) -> tuple[int, int]:
-        """The code panel's height that shows the loop, and the one that shows every line."""
-        code = self.code
-        _, loop = code.loop_extent()
-        editor, doc = code.editor, code.editor.document()
-        line = editor.fontMetrics().lineSpacing()
-        blocks = (doc.findBlockByNumber(r) for r in range(code.loop_rows().start))
-        above = sum(max(math.ceil(editor.blockBoundingRect(b).height()), line) for b in blocks)
-        return loop, loop + above
+        """The code panel's height that shows the loop (and the optimizer's setup line), and the one
+        that shows every line."""
+        return self.code.loop_extent()[1], self.code.whole_height()
 
     def _fit_lesson_panel(self) -> None:
         """Make the lesson panel as wide as its stop, questions and reveals need to be read unscrolled.

@@ -149,3 +149,26 @@ def test_at_1080p_the_code_shows_every_line_and_the_inspector_is_no_taller_than_
         window.set_presentation(False, full_screen=False)
         window.controller.shutdown()
         window.close()
+
+
+@pytest.mark.parametrize("name", ["standard-loop", "forgot-zero-grad"])
+def test_at_720p_a_short_program_and_every_row_of_two_runs_show_whole_together(name, qapp) -> None:
+    # The column holds the program's every line and the inspector's four rows at once: neither
+    # may be cut for room the other leaves empty.
+    window = presenting(name, (1280, 720), qapp)
+    try:
+        code, table = window.code, window.grads.table
+        viewport = code.editor.viewport().rect()
+        for row in range(len(code.lines)):
+            rect = code._row_rect(row)
+            assert rect is not None and rect.top() >= 0 and rect.bottom() <= viewport.bottom() + 1, (
+                name,
+                code.lines[row].text,
+            )
+        assert table.verticalScrollBar().maximum() == 0, "every row in view"
+        last = table.visualRect(table.model().index(table.rowCount() - 1, 0))
+        assert last.bottom() <= table.viewport().height(), "the last row whole"
+    finally:
+        window.set_presentation(False, full_screen=False)
+        window.controller.shutdown()
+        window.close()

@@ -887,6 +887,12 @@ class CodeView(QWidget):
         height = sum(self._row_height(r, fm.lineSpacing()) for r in range(start, rows.stop))
         return text + chrome_w, height + margin + chrome_h
 
+    def whole_height(self) -> int:
+        """The height this panel needs to show every line, the setup above the loop included, unscrolled."""
+        line = self.editor.fontMetrics().lineSpacing()
+        above = sum(self._row_height(r, line) for r in range(self.loop_rows().start))
+        return self.loop_extent(setup=False)[1] + above
+
     def _row_height(self, row: int, line: int) -> int:
         """Pixels ``row`` takes as laid out now: several lines where it wraps."""
         block = self.editor.document().findBlockByNumber(row)
