@@ -603,6 +603,7 @@ class MainWindow(QMainWindow):
         self.act_play.setIconText("❚❚ Pause" if playing else "▶ Play")
         self.act_play.setText("Pause" if playing else "Play")
         self.timeline.set_growing(playing)
+        self.grads.set_growing(playing)
         self._update_status()
         if not playing and self.presenting:
             self.schedule_redraw()  # drawn paused: the inspector's rows are shared anew if they wrapped

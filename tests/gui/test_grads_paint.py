@@ -1,5 +1,6 @@
 """What a frame of Play costs the .grad inspector: one paint, also in frames whose numbers
-widen or narrow its columns, and vectors' bars kept between paints only while their values stay."""
+widen or narrow its columns, and vectors' bars kept between paints only while their values stay;
+while Play runs its number columns only widen, and paused they fit their numbers again."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def test_each_play_frame_paints_the_inspector_once_while_its_columns_resize(open
     c = w.controller
     c.set_speed(0)  # many ops a frame: the numbers' digits come and go
     c.play()
+    w.grads.growing = False  # columns that narrow as well as widen: a resize in most frames
     qtbot.waitUntil(lambda: len(per_frame) >= 41, timeout=120_000)
     c.pause()
     w.frame_drawn.disconnect(drawn)
@@ -37,6 +39,45 @@ def test_each_play_frame_paints_the_inspector_once_while_its_columns_resize(open
     assert resized >= 5, "columns were resized by the numbers during the frames counted"
     assert max(counted) == 1, f"paints of the inspector per frame: {counted}"
     assert sum(counted) >= len(counted) // 2, "the inspector showed the new numbers"
+
+
+def test_while_play_runs_no_column_narrows_and_paused_each_fits_its_numbers(open_window, qtbot) -> None:
+    from gradviz.engine import load_scenario
+    from gradviz.gui.views.grads import NAME, STATE
+
+    w = open_window(replace(load_scenario("forgot-zero-grad"), iterations=100_000))
+    view, table = w.grads, w.grads.table
+    numbers = range(NAME + 1, STATE)  # the name and state columns give way to them: they wrap
+
+    def widths() -> list[int]:
+        return [table.columnWidth(c) for c in range(table.columnCount())]
+
+    seen: list[list[int]] = []  # the widths of the frames drawn while Play ran
+    texts: set[tuple[str, ...]] = set()
+
+    def drawn() -> None:
+        if not c.playing:
+            return
+        seen.append(widths())
+        texts.add(tuple(table.item(r, 2).text() for r in range(table.rowCount())))
+
+    w.frame_drawn.connect(drawn)
+    c = w.controller
+    c.set_speed(0)  # many ops a frame: the numbers' digits come and go
+    c.play()
+    qtbot.waitUntil(lambda: len(seen) >= 40, timeout=120_000)
+    c.pause()
+    qtbot.waitUntil(lambda: not c.busy, timeout=60_000)
+    w.frame_drawn.disconnect(drawn)
+    assert len(texts) >= 20, "the .grad column showed new numbers frame after frame"
+    narrowed = [(k, col) for k, (a, b) in enumerate(pairwise(seen)) for col in numbers if b[col] < a[col]]
+    assert not narrowed, f"(frame, column) narrowed during Play: {narrowed[:5]}"
+    # Paused, the widths are what measuring the numbers shown afresh gives.
+    paused = widths()
+    view._layout_key = None
+    view._fit()
+    assert widths() == paused
+    assert view.growing is False
 
 
 def test_bars_kept_between_paints_are_the_bars_of_the_values_shown(open_window, qtbot) -> None:

@@ -410,6 +410,7 @@ class GradsView(QWidget):
         self._state_tips: dict[int, object] = {}  # row -> the optimizer state its tooltip lists
         self._refit = False  # a cell changed what it shows since the widths were last fitted
         self._natural: list[int] | None = None  # each column's widest content when last fitted
+        self.growing = False  # Play runs: the number columns only widen (see set_growing)
         # The text area's widths fitted to since the panel itself last changed size (see eventFilter).
         self._viewport_widths: list[int] = []
         self.title = QLabel(".grad inspector")
@@ -507,6 +508,8 @@ class GradsView(QWidget):
         option.initFrom(self.table)
         natural = [max([header[col], *self._content_widths(col, option)]) for col in range(len(COLUMNS))]
         natural[NAME + 1 : STATE] = map(max, natural[NAME + 1 : STATE], least[NAME + 1 :])
+        if self.growing and self._natural is not None:
+            natural[NAME + 1 : STATE] = map(max, natural[NAME + 1 : STATE], self._natural[NAME + 1 : STATE])
         lines = [self._lines(row) for row in range(self.table.rowCount())]
         self._natural = natural
         key = (tuple(natural), tuple(lines), self.table.viewport().width(), self._widest_word(STATE))
@@ -651,6 +654,14 @@ class GradsView(QWidget):
         item = self.table.item(row, STATE)
         return 0 if item is None else item.text().count("\n")
 
+    def set_growing(self, on: bool) -> None:
+        """While ``on`` (Play runs) the number columns only widen, so that a column does not
+        narrow and widen again from frame to frame with its digits, moving every column after
+        it; turned off, each column fits what it shows again at once."""
+        self.growing = on
+        if not on and self._natural is not None:
+            self._fit()
+
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self._viewport_widths = []
@@ -713,7 +724,7 @@ class GradsView(QWidget):
         if before is None or after is None:
             return True  # words, which wrap
         # The column grows for a wider number, and may shrink when its widest one narrows.
-        return after > room or (before >= room and after < before)
+        return after > room or (not self.growing and before >= room and after < before)
 
     def _number_width(self, kind: Any, text: str, values: Any) -> int | None:
         """The width a number cell asks for (as :meth:`_content_widths` measures it), None for words
