@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import numpy as np
 from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, QRect, QRectF, QSize, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen, QResizeEvent
+from PySide6.QtGui import QBrush, QColor, QFont, QHelpEvent, QPainter, QPen, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QStyleOptionViewItem,
     QTableWidget,
     QTableWidgetItem,
+    QToolTip,
     QVBoxLayout,
     QWidget,
 )
@@ -384,6 +385,20 @@ class CellDelegate(QStyledItemDelegate):
             opt.state &= ~QStyle.StateFlag.State_Selected
         super().paint(painter, opt, index)
 
+    def helpEvent(
+        self,
+        event: QHelpEvent,
+        view: QAbstractItemView,
+        option: QStyleOptionViewItem,
+        index: QModelIndex | QPersistentModelIndex,
+    ) -> bool:
+        """A number's tooltip, every element of its value, written when the pointer asks for it:
+        written in every frame of Play it would cost more than the cell's own text."""
+        if event.type() == QEvent.Type.ToolTip and index.data(KIND) in ("array", "none"):
+            QToolTip.showText(event.globalPos(), fmt.full(index.data(VALUES)), view)
+            return True
+        return super().helpEvent(event, view, option, index)
+
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
         # Numbers and None take one line; a vector is drawn as bars in whatever room it gets.
         kind = index.data(KIND)
@@ -710,8 +725,6 @@ class GradsView(QWidget):
             item.setData(KIND, kind)
             item.setData(VALUES, values)
             item.setData(CHANGED, bool(changed))
-            if kind in ("array", "none"):
-                item.setToolTip(fmt.full(value))
 
     def _needs_refit(self, col: int, was: tuple[Any, str, Any], now: tuple[Any, str, Any]) -> bool:
         """Whether a cell of ``col`` going from ``was`` to ``now`` (kind, text, values) may change
@@ -719,12 +732,16 @@ class GradsView(QWidget):
         """
         if not NAME < col < STATE or self._natural is None:
             return True  # names and the optimizer's state wrap: their words count
-        room = self._natural[col]
-        before, after = self._number_width(*was), self._number_width(*now)
-        if before is None or after is None:
+        after = self._number_width(*now)
+        if after is None:
             return True  # words, which wrap
-        # The column grows for a wider number, and may shrink when its widest one narrows.
-        return after > room or (not self.growing and before >= room and after < before)
+        # The column grows for a wider number, and (paused) may shrink when its widest one narrows.
+        if after > self._natural[col]:
+            return True
+        if self.growing:
+            return False
+        before, room = self._number_width(*was), self._natural[col]
+        return before is None or (before >= room and after < before)
 
     def _number_width(self, kind: Any, text: str, values: Any) -> int | None:
         """The width a number cell asks for (as :meth:`_content_widths` measures it), None for words
