@@ -25,7 +25,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 
-from gradviz.engine.lab import Lab, set_threads
+from gradviz.engine.lab import Lab, set_aside_imports, set_threads
 from gradviz.engine.record import THINNED_EVERY
 from gradviz.engine.run import Run
 from gradviz.engine.scenario import loads_scenario
@@ -177,6 +177,7 @@ def main() -> None:
     parser.add_argument("--recent", type=int, default=4000, help="records kept by the thinned lab")
     args = parser.parse_args()
     set_threads(1)
+    set_aside_imports()  # as the window's worker and `gradviz trace` do
     random.seed(0)
     n = args.memory_iterations
 

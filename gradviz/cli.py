@@ -375,13 +375,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from gradviz.engine.lab import Lab, set_threads
+    from gradviz.engine.lab import Lab, set_aside_imports, set_threads
     from gradviz.engine.scenario import load_scenario
 
     scenario = load_scenario(args.scenario).with_overrides(
         lr=args.lr, seed=args.seed, iterations=args.iterations, device=args.device
     )
     set_threads(1)
+    set_aside_imports()
     # Each record is written as it comes and then forgotten: memory stays flat over any length.
     lab = Lab(scenario, record="stream")
     out = sys.stdout

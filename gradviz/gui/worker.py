@@ -293,9 +293,14 @@ class LabWorker(QObject):
         """Import torch and ``torch._dynamo`` ahead of the first lab, while the window paints.
 
         The first optimizer a process builds imports ``torch._dynamo`` (over a second);
-        done here first, a lab asked for later is built that much sooner.
+        done here first, a lab asked for later is built that much sooner. What the imports
+        left is then set aside from the garbage collector (:func:`~gradviz.engine.lab.set_aside_imports`).
         """
         import torch._dynamo  # noqa: F401
+
+        from gradviz.engine.lab import set_aside_imports
+
+        set_aside_imports()
 
     @Slot(object, int, int, object)
     def build(self, source: Any, generation: int, until_tick: int, restore: Any) -> None:
