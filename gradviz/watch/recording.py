@@ -153,6 +153,12 @@ def load_recording(path: str | os.PathLike[str]) -> Recording:
         ) from None
     except (_Bad, RecursionError) as exc:
         raise UserError(f"{name} is not a gradviz recording ({exc}).") from None
+    except ValueError as exc:  # json's integers of more than 4,300 digits
+        if "integer string conversion" not in str(exc):
+            raise
+        raise UserError(
+            f"{name} is not a gradviz recording (a whole number in it has more than 4,300 digits)."
+        ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UserError(f'{name} is not a gradviz recording (no "format": "{FORMAT}").')
     version = data.get("version")

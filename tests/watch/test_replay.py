@@ -234,6 +234,8 @@ def _bad_recordings(good: Path, folder: Path) -> dict[str, Path]:
     calls["events"][0]["calls"] = ["train.py", 3]  # a pair, not a list of pairs
     out["calls"] = folder / "calls.json"
     out["calls"].write_text(json.dumps(calls))
+    out["huge"] = folder / "huge.json"  # json refuses to read an integer this long
+    out["huge"].write_text(text.replace("{", '{"huge": ' + "9" * 5000 + ", ", 1))
     return out
 
 
@@ -243,6 +245,7 @@ EXPECTED = {
     "nonsense": "do not fit together",
     "edited": "events[0].op should be one of",
     "calls": "events[0].calls should list [file, line] pairs",
+    "huge": "more than 4,300 digits",
 }
 
 
