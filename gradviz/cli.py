@@ -371,7 +371,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"{scenario.where}: ok: {quoted(scenario.name)}, model {scenario.model.kind}, runs: {runs}.")
     if lesson[0]:
         print(f"{scenario.where}: lesson ok: {_lesson_note(scenario)}, each answered by the real run.")
+    _note_absent_device(scenario)
     return 0
+
+
+def _note_absent_device(scenario: Any) -> None:
+    """The file is valid wherever it runs; say so when its device is not on this machine."""
+    from gradviz.engine.devices import device_status
+
+    reason = device_status().get(scenario.device)
+    if reason is not None:
+        print(
+            f"{scenario.where}: note: its device {quoted(scenario.device)} is not on this machine "
+            f"({reason}); it runs where that device is; here, give trace or export `--device cpu`.",
+            file=sys.stderr,
+        )
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -445,8 +459,27 @@ def _stop_sentence(rec: Any) -> str:
     return f"run {run} diverged at iteration {rec.iteration} (loss {loss}); the trace ends there for it."
 
 
+def _check_lesson(source: str, verb: str) -> None:
+    """Refuse ``--lesson`` for a recording, or a scenario without lesson stops, before any work."""
+    from gradviz.engine.errors import UserError
+    from gradviz.engine.scenario import load_scenario
+    from gradviz.watch.replay import is_recording
+
+    if is_recording(source):
+        raise UserError(f"A recording carries no lesson; leave out --lesson to {verb} what it did.")
+    scenario = load_scenario(source)
+    if scenario.lesson is None or not scenario.lesson.stops:
+        raise UserError(
+            f"{quoted(scenario.name)} has no lesson stops to {verb}; leave out --lesson "
+            "(`gradviz list` shows the scenarios that carry a lesson)."
+        )
+
+
 def cmd_open(args: argparse.Namespace) -> int:
     from gradviz.gui.app import run_app
+
+    if args.lesson:
+        _check_lesson(args.scenario, "open")
 
     return run_app(args.scenario, lesson=args.lesson)
 
@@ -462,8 +495,13 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         presentation=args.presentation,
         three_d=args.three_d,
     )
-    print(args.output)
+    _print_path(args.output)
     return 0
+
+
+def _print_path(path: object) -> None:
+    """The path written, on stdout for scripts to read: whole, with control characters escaped."""
+    print(one_line(str(path), 10_000))
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -494,29 +532,24 @@ def _export(args: argparse.Namespace) -> int:
     # Presentation mode shows the window's presentation views unless told otherwise. Views asked
     # for must fit the size; the default ones give way, the lesson's leading ones last.
     default = PRESENTATION_VIEWS if args.presentation else DEFAULT_VIEWS
-    views = parse_views(args.views) if args.views else default
+    views = parse_views(args.views) if args.views is not None else default
     size = args.size or ((640, 480) if len(views) == 1 else (1280, 720))
     style = FrameStyle(
         size,
         views,
         caption=args.caption == "narration",
         presentation=args.presentation,
-        fit=not args.views,
+        fit=args.views is None,
     )
     frames = ExportRange(args.per_frame, args.first, args.last, args.ops, args.iterations, lesson=args.lesson)
+    if args.lesson:
+        _check_lesson(args.scenario, "export")
     recording = _export_source(args)
     scenario: str | Scenario
     if recording is not None:
-        if args.lesson:
-            raise UserError("A recording carries no lesson; leave out --lesson to export what it did.")
         scenario = recording
     else:
         scenario = load_scenario(args.scenario).with_overrides(lr=args.lr, device=args.device)
-        if args.lesson and (scenario.lesson is None or not scenario.lesson.stops):
-            raise UserError(
-                f"{quoted(scenario.name)} has no lesson stops to export; leave out --lesson "
-                "(`gradviz list` shows the scenarios that carry a lesson)."
-            )
     notes: list[str] = []
     with ProgressBar(sys.stderr) as bar:
         out = export_animation(
@@ -524,7 +557,7 @@ def _export(args: argparse.Namespace) -> int:
         )
     for sentence in notes:  # after the bar has cleared its line
         sys.stderr.write(f"gradviz: {sentence}\n")
-    print(out[0])
+    _print_path(out[0])
     return 0
 
 
@@ -565,7 +598,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
     header = {"scenario": scenario.name, "run": args.run or scenario.runs[0].name}
     header |= {"iteration": args.iteration, "backward": args.backward}
     write_bytes(path, render(graph, suffix, **header))
-    print(path)
+    _print_path(path)
     if graph.error is not None:
         saved = [s for n in graph.nodes for s in n.saved]
         freed = ", with its saved tensors freed" if saved and all(s.freed for s in saved) else ""
@@ -636,9 +669,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         args = build_parser().parse_args(["open"])
     from gradviz.engine.errors import UserError
+    from gradviz.streams import discard_output, is_output_failure, stand_in_for_closed
 
+    stand_in_for_closed()
     try:
-        return _execute(args)
+        status = _execute(args)
+        sys.stdout.flush()  # here, where a full disk behind stdout can still be said in a sentence
+        return status
     except UserError as exc:
         sys.stderr.write(f"gradviz: {one_line(str(exc))}\n")
         return 2
@@ -650,6 +687,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # As a shell reports a command a signal ended: 130 for Ctrl+C, 143 for kill.
         return int(getattr(exc, "exit_status", 130))
     except Exception as exc:
+        if isinstance(exc, OSError) and is_output_failure(exc):
+            discard_output()
+            sys.stderr.write(f"gradviz: cannot write to standard output ({one_line(str(exc.strerror))}).\n")
+            return 2
         sys.stderr.write(
             f"gradviz: internal error ({type(exc).__name__}: {one_line(str(exc), 500)}); "
             "please report it with the command you ran.\n"

@@ -41,3 +41,20 @@ def no_window_outlives_its_test() -> Iterator[None]:
             widget.close()  # ends its worker threads
             widget.deleteLater()
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+@pytest.fixture
+def deadline() -> Iterator[None]:
+    """Fail a test that blocks (a FIFO opened for reading waits for a writer) instead of hanging the suite."""
+    import signal
+
+    def expired(signum: int, frame: object) -> None:
+        raise TimeoutError("the test blocked for 120 s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(120)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,13 @@ from gradviz.engine import memory as memory_module
 from gradviz.engine.errors import quoted
 from gradviz.engine.memory import estimate, parameter_count
 from gradviz.engine.scenario import SEEDS, loads_scenario
+
+
+def torch_has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
 
 BIG_MLP = '[model]\nkind = "mlp"\nwidths = [4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096]\n'
 BIG_MLP += '[data]\nkind = "wave"\n'
@@ -100,6 +108,28 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
     assert (
         done.stderr
         == f"gradviz: {fifo}: is a FIFO (named pipe), not a scenario file; allowed: a .toml file.\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "message"),
+    [
+        ("snapshot", "pipe.toml", "pipe.toml: is a FIFO (named pipe), not a scenario file"),
+        ("snapshot", "pipe", "pipe: is a FIFO (named pipe), not a scenario file"),  # not sniffed
+        ("export", "pipe.json", "pipe.json is a FIFO (named pipe), not a recording"),
+        ("open", "pipe.toml", "pipe.toml: is a FIFO (named pipe), not a scenario file"),
+        ("open", "pipe.json", "pipe.json is a FIFO (named pipe), not a recording"),
+        ("watch", "pipe.py", "pipe.py is a FIFO (named pipe), not a Python file"),
+    ],
+)
+def test_every_command_refuses_a_fifo_without_waiting_for_a_writer(
+    capsys, tmp_path, monkeypatch, deadline, command, name, message
+):
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo(name)
+    out = {"snapshot": ["-o", "x.png"], "export": ["-o", "x.gif"]}.get(command, [])
+    assert refused(capsys, command, name, *out) == f"gradviz: {message}" + (
+        "; allowed: a .toml file." if "scenario" in message else "."
     )
 
 
@@ -397,6 +427,50 @@ def test_outputs_that_cannot_be_written_are_refused_before_any_work(capsys, tmp_
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".gradviz-check-")]
 
 
+@pytest.mark.parametrize("name", ["d.gif", "d.mp4", "out.gif/"])
+def test_a_folder_named_as_a_gif_or_video_is_refused(capsys, tmp_path, no_work, name):
+    if not name.endswith("/"):
+        (tmp_path / name).mkdir()
+    line = refused(capsys, "export", "standard-loop", "-o", f"{tmp_path}/{name}")
+    assert "names a folder (for numbered PNGs) yet ends in ." in line
+    assert list(tmp_path.iterdir()) == ([] if name.endswith("/") else [tmp_path / name])
+
+
+def test_watch_checks_its_output_before_the_script_runs(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text("open('ran', 'w').close()\n")
+    os.mkfifo("pipe.json")
+    cases = {
+        "pipe.json": "pipe.json exists and is not a plain file",
+        "/dev/null": "/dev/null exists and is not a plain file",  # as root, once replaced by a file
+        "/proc/x.json": "The folder /proc cannot be written (it takes no new files)",
+        "": "The output path is empty; give a file name such as recording.json.",
+        str(tmp_path): f"{tmp_path} is a folder; give a file name such as {tmp_path / 'recording.json'}.",
+        "n" * 300 + ".json": "cannot be used as an output path (File name too long)",
+    }
+    for output, message in cases.items():
+        assert message in refused(capsys, "watch", "-o", output, "train.py"), output
+    assert not Path("ran").exists(), "the script ran before its output was refused"
+    assert stat.S_ISFIFO(os.stat("pipe.json").st_mode) and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_watch_refuses_a_binary_script_and_shows_a_syntax_error_as_python_does(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("binary.py").write_bytes(bytes(range(256)) * 8)
+    assert refused(capsys, "watch", "binary.py") == (
+        "gradviz: binary.py is not a Python file (it holds binary data or is larger than 64 MB)."
+    )
+    Path("syntax.py").write_text("import torch\nprint(1\n")
+    assert _main("watch", "syntax.py") == 1  # as `python syntax.py`
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        '  File "syntax.py", line 2',
+        "    print(1",
+        "         ^",
+        "SyntaxError: '(' was never closed",
+    ]
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_a_read_only_folder_is_refused(capsys, tmp_path, no_work):
     folder = tmp_path / "ro"
@@ -592,6 +666,13 @@ def test_open_with_a_display_refuses_a_missing_name_before_the_window(capsys, mo
             "loop.order: found []; allowed: a list of one or more of 'zero_grad', 'forward'",
         ),
         ('name = "a\\u0000b"\n', "name: found 'a\\x00b'; allowed: 1 to 200 printable"),
+        # Printed by `gradviz quiz` and `check`: a terminal escape would recolour the terminal.
+        ('summary = "a\\u001b[31mb"\n', "summary: found 'a\\x1b[31mb'; allowed: at most 1000 printable"),
+        ('[[runs]]\nnote = "two\\nlines"\n', "runs[0].note: found 'two\\nlines'; allowed: at most 300"),
+        (
+            '[lesson]\npoint = "\\u001b[2J"\n',
+            "lesson.point: found '\\x1b[2J'; allowed: one sentence saying what the scenario shows",
+        ),
     ],
 )
 def test_other_hostile_files(capsys, tmp_path, text, message):
@@ -605,3 +686,61 @@ def test_an_empty_file_is_the_default_scenario_and_unicode_names_are_welcome(cap
     path = scenario_file(tmp_path, 'name = "ñame 日本"\n[[runs]]\nname = "日本"\n')
     assert _main("check", path) == 0
     assert "ok: 'ñame 日本', model linear, runs: 日本." in capsys.readouterr().out
+
+
+# ------------------------------------------- 12. closed or full standard streams
+
+
+@pytest.mark.parametrize(
+    ("shell", "message"),
+    [
+        ("list >&-", "gradviz: cannot write to standard output: the shell closed it."),
+        ("list >/dev/full", "gradviz: cannot write to standard output (No space left on device)."),
+        (
+            "quiz standard-loop <&- >/dev/null",
+            "gradviz: cannot read answers from standard input: the shell closed it.",
+        ),
+    ],
+)
+def test_a_closed_or_full_standard_stream_is_one_sentence(shell, message):
+    if not Path("/dev/full").exists() and "full" in shell:
+        pytest.skip("/dev/full is absent")
+    done = subprocess.run(
+        f"{sys.executable} -m gradviz {shell}", shell=True, capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stderr) == (2, message + "\n")
+
+
+# ------------------------------------------------------ 13. other options, refused
+
+
+def test_an_empty_views_list_is_refused(capsys, tmp_path, no_work):
+    assert refused(capsys, "export", "standard-loop", "-o", str(tmp_path / "x.gif"), "--views", "") == (
+        "gradviz: --views needs at least one of code, surface, grads, timeline, surface3d, graph."
+    )
+
+
+def test_a_lesson_is_refused_where_there_is_none_before_the_window(capsys, tmp_path, monkeypatch):
+    import gradviz.gui.app
+
+    monkeypatch.setattr(gradviz.gui.app, "launch", lambda *args: pytest.fail("the window was opened"))
+    path = scenario_file(tmp_path, 'name = "plain"\n')
+    assert refused(capsys, "open", "--lesson", path) == (
+        "gradviz: 'plain' has no lesson stops to open; leave out --lesson "
+        "(`gradviz list` shows the scenarios that carry a lesson)."
+    )
+
+
+@pytest.mark.skipif(torch_has_cuda(), reason="this machine has the device")
+def test_check_notes_a_device_this_machine_lacks(capsys, tmp_path):
+    path = scenario_file(tmp_path, 'device = "cuda"\n')
+    assert _main("check", path) == 0
+    out, err = capsys.readouterr()
+    assert "ok:" in out
+    assert err.startswith(f"{path}: note: its device 'cuda' is not on this machine (")
+
+
+def test_the_path_written_is_printed_with_control_characters_escaped(capsys, tmp_path):
+    out = tmp_path / "g\x1b[31m.json"
+    assert _main("graph", "standard-loop", "-o", str(out)) == 0
+    assert capsys.readouterr().out == f"{tmp_path}/g\\x1b[31m.json\n" and out.exists()

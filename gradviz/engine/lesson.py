@@ -76,6 +76,7 @@ MIN_CHOICES, MAX_CHOICES = 2, 5
 LABELS = "abcde"
 # Texts are shown on one line: a caption or question in the window, a line in the terminal.
 TEXT_LIMITS = {"caption": 300, "ask": 300, "text": 200, "explain": 600}
+POINT_LIMIT = 600
 
 ErrorMaker = Callable[..., ScenarioError]
 
@@ -320,8 +321,13 @@ def read_lesson(t: _Table, run_names: Sequence[str], error: Any) -> Lesson:
     where the stops fall, against the runs' loops (see :func:`gradviz.engine.quiz.resolve_stops`).
     """
     point = t.get("point", "str", "")
-    if not point.strip():
-        raise error(t.key("point"), point, "one sentence saying what the scenario shows")
+    if not point.strip() or len(point) > POINT_LIMIT or not point.isprintable():
+        raise error(
+            t.key("point"),
+            point,
+            f"one sentence saying what the scenario shows ({POINT_LIMIT} printable "
+            "characters at most, on one line)",
+        )
     runs = tuple(t.get("runs", "strs", ()))
     for i, name in enumerate(runs):
         if name not in run_names:

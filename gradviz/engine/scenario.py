@@ -12,7 +12,6 @@ import functools
 import math
 import os
 import re
-import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gradviz.engine.errors import ScenarioError, one_line, quoted
+from gradviz.engine.files import NotAFileError, read_bounded
 from gradviz.engine.lesson import Lesson, read_lesson
 
 Op = Literal["zero_grad", "forward", "backward", "step"]
@@ -439,6 +439,12 @@ def _check_name(value: str, where: str, path: str, limit: int) -> None:
         raise _error(where, path, value, f"1 to {limit} printable characters, on one line")
 
 
+def _check_prose(value: str, where: str, path: str, limit: int) -> None:
+    """A summary or note may be empty; printed by `gradviz quiz` and shown in the window, it is one line."""
+    if len(value) > limit or not value.isprintable():
+        raise _error(where, path, value, f"at most {limit} printable characters, on one line")
+
+
 def _read_model(t: _Table) -> ModelSpec:
     kind = t.choice("kind", tuple(MODEL_KEYS), "linear")
     d = ModelSpec()
@@ -658,6 +664,7 @@ def parse_scenario(data: Mapping[str, Any], where: str, default_name: str = "sce
     if top.has("title"):
         _check_name(title, where, "title", 200)
     summary = top.get("summary", "str", "")
+    _check_prose(summary, where, "summary", 1000)
     seed = top.get("seed", "int", 0)
     check_bounds(seed, SEEDS, where, "seed")
     iterations = top.get("iterations", "int", 50)
@@ -681,6 +688,7 @@ def parse_scenario(data: Mapping[str, Any], where: str, default_name: str = "sce
         run_name = rt.get("name", "str", f"run{i + 1}")
         _check_name(run_name, where, rt.key("name"), 40)
         note = rt.get("note", "str", "")
+        _check_prose(note, where, rt.key("note"), 300)
         run_loop = _read_loop(rt, loop)
         run_opt = _read_optimizer(rt.table("optimizer"), optimizer) if rt.has("optimizer") else optimizer
         rt.finish(("name", "note", "optimizer", *LOOP_KEYS))
@@ -736,49 +744,6 @@ def loads_scenario(text: str, where: str, default_name: str = "scenario") -> Sce
 
 
 MAX_FILE_BYTES = 1_000_000
-# Regular files only: a FIFO would block the read, a device (/dev/zero) never ends.
-_KINDS = (
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-def _not_a_file(p: Path, mode: int) -> ScenarioError:
-    if stat.S_ISDIR(mode):
-        return ScenarioError(f"{shown_path(p)}: is a folder, not a scenario file.")
-    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-    return ScenarioError(f"{shown_path(p)}: is {kind}, not a scenario file; allowed: a .toml file.")
-
-
-def _read_bounded(p: Path) -> bytes:
-    """The bytes of a regular file, at most ``MAX_FILE_BYTES + 1`` of them, whatever it claims to hold.
-
-    The path is checked before it is opened and the opened file again (it may
-    have been swapped in between); opening with ``O_NONBLOCK`` makes even a
-    FIFO open at once instead of waiting for a writer.
-    """
-    mode = os.stat(p).st_mode
-    if not stat.S_ISREG(mode):
-        raise _not_a_file(p, mode)
-    extra = ("O_NONBLOCK", "O_CLOEXEC", "O_BINARY")  # not every system has each
-    fd = os.open(p, os.O_RDONLY | sum(getattr(os, name, 0) for name in extra))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise _not_a_file(p, mode)
-        chunks: list[bytes] = []
-        left = MAX_FILE_BYTES + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def load_scenario_file(path: str | Path) -> Scenario:
@@ -790,11 +755,12 @@ def load_scenario_file(path: str | Path) -> Scenario:
     p = Path(path)
     shown = shown_path(p)
     try:
-        raw = _read_bounded(p)
+        raw = read_bounded(p, MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise ScenarioError(f"{shown}: no such file.") from None
-    except IsADirectoryError:
-        raise ScenarioError(f"{shown}: is a folder, not a scenario file.") from None
+    except NotAFileError as exc:
+        allowed = "" if exc.kind == "a folder" else "; allowed: a .toml file"
+        raise ScenarioError(f"{shown}: is {exc.kind}, not a scenario file{allowed}.") from None
     except OSError as exc:
         raise ScenarioError(f"{shown}: cannot be read ({exc.strerror or type(exc).__name__}).") from None
     except ValueError:  # a path holding a NUL character

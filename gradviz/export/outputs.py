@@ -105,18 +105,22 @@ def _regular_or_absent(p: Path) -> None:
         raise UserError(f"{_shown(p)} exists and is not a plain file; give the path of a new or plain file.")
 
 
-def check_output_file(path: str | Path) -> Path:
-    """Check that one file (a snapshot's PNG) can be written at ``path``, before any work.
+def check_output_file(path: str | Path, example: str = "gradviz.png") -> Path:
+    """Check that one file (a snapshot's PNG, a recording) can be written at ``path``, before any work.
+
+    ``example`` is the file name a message suggests when ``path`` is a folder.
 
     Raises
     ------
     UserError
         For a folder in the file's place, a device or FIFO there, or a folder that cannot be written.
     """
+    if not str(path):
+        raise UserError(f"The output path is empty; give a file name such as {example}.")
     p = Path(path).expanduser()
     try:
         if p.is_dir():
-            raise UserError(f"{_shown(p)} is a folder; give a file name such as {_shown(p / 'gradviz.png')}.")
+            raise UserError(f"{_shown(p)} is a folder; give a file name such as {_shown(p / example)}.")
         _regular_or_absent(p)
         check_writable_folder(p.parent if str(p.parent) else Path("."))
     except (OSError, ValueError) as exc:
@@ -179,6 +183,12 @@ def _check_output(path: str | Path) -> Output:
     p = Path(path).expanduser()
     folder = p.parent if str(p.parent) else Path(".")
     wants_folder = text.endswith(("/", os.sep)) or p.is_dir() or not p.suffix
+    if wants_folder and p.suffix.lower() in (".gif", *VIDEO_SUFFIXES):
+        # Numbered PNGs in a folder named like a GIF are not what the name promises.
+        raise UserError(
+            f"{_shown(Path(text))} names a folder (for numbered PNGs) yet ends in {p.suffix.lower()}; "
+            f"give a {p.suffix.lower()} file's path, or a folder name without an extension."
+        )
     if wants_folder:
         if p.exists() and not p.is_dir():
             raise UserError(f"{_shown(p)} is a file; give a folder name for numbered PNGs, or a .gif path.")

@@ -202,6 +202,7 @@ class FrameRenderer:
             before = c.cursor
             if not c.next_iteration():
                 return
+            yield  # a safe point each iteration, even inline: a Ctrl+C does not wait for the whole run
             yield from self._idle()
             if c.cursor == before:  # the scenario's last op: nothing more to perform
                 return

@@ -41,7 +41,10 @@ MAX_EVENTS = 20000  # events kept at most; past them the observer stops
 MAX_PARAMS = 4096  # tensors followed at most; past them the observer stops
 LATE_LEAVES = 100  # backwards past the third that bring new leaves, at most; then the observer stops
 SOURCE_LINES = 5000  # lines kept per user file at most
+SOURCE_LINE_CHARS = 500  # characters kept per line at most
 SOURCE_FILES = 50
+NAME_CHARS = 200  # characters of a tensor's name kept at most
+PATH_CHARS = 4096  # the longest path a file of the user's has (Linux's PATH_MAX)
 MAX_CALLERS = 8  # other user files an op's callers are kept for, at most
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -248,7 +251,9 @@ class Observer:
         mine = self._users.get(code)
         if mine is None:
             name = code.co_filename
-            mine = self._users[code] = not name.startswith(self._skip) and not name.startswith("<")
+            # A name longer than any path is no file of the user's (code compiled from a string).
+            mine = not name.startswith(self._skip) and not name.startswith("<") and len(name) <= PATH_CHARS
+            self._users[code] = mine
             if mine and name not in self.files and len(self.files) < SOURCE_FILES:
                 self.files.append(name)
         return mine
@@ -303,7 +308,8 @@ class Observer:
         for t in new:
             pid = len(self.order)
             numel = t.numel()
-            p = Param(pid, t, names.get(id(t), f"param{pid}"), list(t.shape), numel, device=str(t.device))
+            name = names.get(id(t), f"param{pid}")[:NAME_CHARS]
+            p = Param(pid, t, name, list(t.shape), numel, device=str(t.device))
             if numel > FULL_VALUES or self._whole + numel > WHOLE_VALUES:
                 import torch
 
@@ -1289,7 +1295,7 @@ def read_sources(files: list[str]) -> dict[str, list[str]]:
                 for i, text in enumerate(fh):
                     if i >= SOURCE_LINES:
                         break
-                    lines.append(text.rstrip("\r\n")[:500])
+                    lines.append(text.rstrip("\r\n")[:SOURCE_LINE_CHARS])
         except OSError:
             continue
         out[path] = lines

@@ -42,6 +42,11 @@ parameter then (tensors like the parameter's values or sample, numbers as they a
 ``loss``, ``grads``, ``zeros``, ``calls``, ``lr``, ``state``, ``final`` and ``device`` may be absent.
 ``sources`` holds the lines of the user's files that ran, as read from the files (at most 5,000 lines
 of 500 characters per file, 50 files).
+
+The observer never writes more than 20,000 events, 4,096 tensors (named in at most 200
+characters), 4,096 numbers in one list, 8 callers per event or paths longer than 4,096
+characters, and the loader refuses a file holding more: loading stays quick and small
+whatever a file claims. A recording is at most 512 MB.
 """
 
 from __future__ import annotations
@@ -53,13 +58,27 @@ from pathlib import Path
 from typing import Any
 
 from gradviz.engine.errors import UserError, one_line, quoted
+from gradviz.engine.files import NotAFileError, read_bounded
 from gradviz.engine.jsonform import strict_json
 from gradviz.export.atomic import write_bytes
 from gradviz.watch.findings import SEVERITIES, Finding
+from gradviz.watch.observer import (
+    FULL_VALUES,
+    MAX_CALLERS,
+    MAX_EVENTS,
+    MAX_PARAMS,
+    NAME_CHARS,
+    PATH_CHARS,
+    SAMPLE_SIZE,
+    SOURCE_FILES,
+    SOURCE_LINE_CHARS,
+    SOURCE_LINES,
+)
 
 FORMAT = "gradviz-recording"
 VERSION = 1
 OPS = ("backward", "zero_grad", "step", "update")
+MAX_BYTES = 512 * 1024 * 1024
 
 
 @dataclass
@@ -121,15 +140,16 @@ def load_recording(path: str | os.PathLike[str]) -> Recording:
     """Read and check a recording; anything wrong with it is one sentence (``UserError``)."""
     name = quoted(os.fspath(path), 200, bare=True)
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(512 * 1024 * 1024 + 1)
+        raw = read_bounded(path, MAX_BYTES + 1)
     except FileNotFoundError:
         raise UserError(f"{name}: no such recording.") from None
-    except IsADirectoryError:
-        raise UserError(f"{name} is a folder, not a recording.") from None
+    except NotAFileError as exc:
+        raise UserError(f"{name} is {exc.kind}, not a recording.") from None
     except OSError as exc:
         raise UserError(f"{name}: cannot read it ({one_line(exc.strerror or str(exc), 100)}).") from None
-    if len(raw) > 512 * 1024 * 1024:
+    except ValueError:  # a path holding a NUL character
+        raise UserError(f"{name}: is not a path a file can have.") from None
+    if len(raw) > MAX_BYTES:
         raise UserError(f"{name} is larger than 512 MB: not a recording gradviz wrote.")
     try:
         text = raw.decode("utf-8")
@@ -196,6 +216,19 @@ def _list(data: dict[str, Any], key: str) -> list[Any]:
     return value  # type: ignore[return-value]
 
 
+def _at_most(count: int, limit: int, what: str, unit: str) -> None:
+    """Refuse more of something than the observer ever writes (it stops, or cuts, at ``limit``)."""
+    _need(count <= limit, f"{what} has {count:,} {unit}; a recording gradviz wrote has at most {limit:,}")
+
+
+def _text(value: Any, limit: int, what: str) -> bool:
+    """Whether ``value`` is a string, refusing one longer than ``limit``."""
+    if isinstance(value, str):
+        _at_most(len(value), limit, what, "characters")
+        return True
+    return False
+
+
 def _check_values(entry: dict[str, Any], where: str, keys: tuple[str, ...]) -> None:
     for k in keys:
         if k in entry:
@@ -203,15 +236,17 @@ def _check_values(entry: dict[str, Any], where: str, keys: tuple[str, ...]) -> N
                 isinstance(entry[k], list) and all(_is_num(x) for x in entry[k]),
                 f"{where}.{k} should be a list of numbers",
             )
+            _at_most(len(entry[k]), FULL_VALUES, f"{where}.{k}", "values")
 
 
 def _check(data: dict[str, Any]) -> list[Finding]:
     params = _list(data, "params")
+    _at_most(len(params), MAX_PARAMS, '"params"', "tensors")
     for i, p in enumerate(params):
         where = f"params[{i}]"
         _need(isinstance(p, dict), f"{where} should be an object")
         _need(p.get("id") == i, f"{where} should have id {i}")
-        _need(isinstance(p.get("name"), str), f"{where} has no name")
+        _need(_text(p.get("name"), NAME_CHARS, f"{where}.name"), f"{where} has no name")
         shape = p.get("shape")
         _need(isinstance(shape, list) and all(_is_int(d) and d >= 0 for d in shape), f"{where} has no shape")
         _need(_is_int(p.get("numel")) and p["numel"] >= 0, f"{where} has no numel")
@@ -220,6 +255,7 @@ def _check(data: dict[str, Any]) -> list[Finding]:
             sample is None or (isinstance(sample, list) and all(_is_int(x) for x in sample)),
             f"{where}.sample_index should be a list of whole numbers or null",
         )
+        _at_most(len(sample or ()), SAMPLE_SIZE, f"{where}.sample_index", "elements")
     n = len(params)
     for i, o in enumerate(_list(data, "optimizers")):
         _need(isinstance(o, dict) and isinstance(o.get("name"), str), f"optimizers[{i}] has no name")
@@ -229,11 +265,12 @@ def _check(data: dict[str, Any]) -> list[Finding]:
             f"optimizers[{i}].params should list parameter ids",
         )
     events = _list(data, "events")
+    _at_most(len(events), MAX_EVENTS, '"events"', "ops")
     for i, ev in enumerate(events):
         where = f"events[{i}]"
         _need(isinstance(ev, dict), f"{where} should be an object")
         _need(ev.get("op") in OPS, f"{where}.op should be one of {', '.join(OPS)}")
-        _need(isinstance(ev.get("file"), str), f"{where} has no file")
+        _need(_text(ev.get("file"), PATH_CHARS, f"{where}.file"), f"{where} has no file")
         _need(_is_int(ev.get("line")) and ev["line"] >= 0, f"{where} has no line")
         _need(_is_int(ev.get("step")) and ev["step"] >= 0, f"{where} has no step")
         _need("loss" not in ev or _is_num(ev["loss"]), f"{where}.loss should be a number")
@@ -257,6 +294,9 @@ def _check(data: dict[str, Any]) -> list[Finding]:
             ),
             f"{where}.calls should list [file, line] pairs",
         )
+        _at_most(len(calls), MAX_CALLERS, f"{where}.calls", "callers")
+        for c in calls:
+            _text(c[0], PATH_CHARS, f"{where}.calls file")
     for i, u in enumerate(_list(data, "updates")):
         where = f"updates[{i}]"
         _need(isinstance(u, dict), f"{where} should be an object")
@@ -300,11 +340,16 @@ def _check(data: dict[str, Any]) -> list[Finding]:
     sources = data.get("sources")
     if not isinstance(sources, dict):
         raise _Bad('"sources" should be an object')
+    _at_most(len(sources), SOURCE_FILES, '"sources"', "files")
     for key, lines in sources.items():
+        where = f"sources[{quoted(key)}]"
+        _text(key, PATH_CHARS, "a file name in sources")
         _need(
             isinstance(lines, list) and all(isinstance(x, str) for x in lines),
-            f"sources[{quoted(key)}] should be a list of lines",
+            f"{where} should be a list of lines",
         )
+        _at_most(len(lines), SOURCE_LINES, where, "lines")
+        _at_most(max(map(len, lines), default=0), SOURCE_LINE_CHARS, f"a line of {where}", "characters")
     return findings
 
 

@@ -38,8 +38,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gradviz.engine.errors import UserError, quoted
+from gradviz.engine.files import read_bounded
 from gradviz.gui.window_history import Entry, LabInfo, PlaneSurface, RunInfo, StepResult, WindowHistory
 from gradviz.watch.findings import Finding, shown_path
+from gradviz.watch.observer import SOURCE_LINE_CHARS, SOURCE_LINES
 from gradviz.watch.recording import Recording, load_recording
 
 if TYPE_CHECKING:
@@ -63,9 +65,8 @@ def is_recording(source: object) -> bool:
     if path.lower().endswith(RECORDING_SUFFIXES):
         return True
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(256)
-    except (OSError, ValueError):
+        head = read_bounded(path, 256)
+    except (OSError, ValueError):  # not a regular file (a FIFO is not read): the scenario loader says why
         return False
     return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
 
@@ -385,10 +386,11 @@ def _read_now(file: str, where: str) -> str | None:
         candidates.append(os.path.join(os.path.dirname(os.path.abspath(where)), file))
     for path in candidates:
         try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                return "\n".join(line.rstrip("\r\n") for line in fh)
-        except OSError:
+            raw = read_bounded(path, SOURCE_LINES * (SOURCE_LINE_CHARS + 1) * 4)
+        except (OSError, ValueError):  # missing, or not a regular file (a FIFO would block)
             continue
+        lines = raw.decode("utf-8", errors="replace").splitlines()[:SOURCE_LINES]
+        return "\n".join(line[:SOURCE_LINE_CHARS] for line in lines)
     return None
 
 

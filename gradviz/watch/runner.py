@@ -13,6 +13,7 @@ Exit status: the script's own (its ``SystemExit`` code; 1 for an exception); wit
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import runpy
@@ -21,9 +22,12 @@ import traceback
 from typing import Any, TextIO
 
 from gradviz.engine.errors import UserError, one_line, quoted
+from gradviz.engine.files import NotAFileError, read_bounded
+from gradviz.export.outputs import check_output_file
 from gradviz.watch.findings import Finding
 
 STRICT_STATUS = 3
+MAX_SCRIPT_BYTES = 64 * 1024 * 1024
 # The scripts' globals, alive until the process ends as those of `python SCRIPT.py` are: freed
 # as soon as the script returns instead, objects such as a DistributedDataParallel model can
 # abort the process on their way out.
@@ -33,15 +37,18 @@ _FINISHED_SCRIPTS: list[dict[str, Any]] = []
 def check_script(path: str) -> str:
     """The script's path, after checking that it is a Python file that can be read."""
     shown = quoted(path, bare=True)
-    if not os.path.exists(path):
-        raise UserError(f"{shown}: no such file.")
-    if os.path.isdir(path):
-        raise UserError(f"{shown} is a folder, not a Python file (give the script, such as train.py).")
     try:
-        with open(path, "rb") as fh:
-            source = fh.read(64 * 1024 * 1024)
-    except OSError as exc:
-        raise UserError(f"{shown}: cannot read it ({one_line(exc.strerror or str(exc), 100)}).") from None
+        source = read_bounded(path, MAX_SCRIPT_BYTES + 1)
+    except FileNotFoundError:
+        raise UserError(f"{shown}: no such file.") from None
+    except NotAFileError as exc:
+        hint = " (give the script, such as train.py)" if exc.kind == "a folder" else ""
+        raise UserError(f"{shown} is {exc.kind}, not a Python file{hint}.") from None
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else None
+        raise UserError(f"{shown}: cannot read it ({one_line(reason or 'not a valid path', 100)}).") from None
+    if len(source) > MAX_SCRIPT_BYTES or b"\0" in source:
+        raise UserError(f"{shown} is not a Python file (it holds binary data or is larger than 64 MB).")
     if not path.endswith((".py", ".pyw")):
         try:
             compile(source, path, "exec", dont_inherit=True)
@@ -51,13 +58,9 @@ def check_script(path: str) -> str:
 
 
 def check_output(path: str | None) -> None:
-    if path is None:
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise UserError(f"cannot write the recording {quoted(path, bare=True)}: its folder does not exist.")
-    if os.path.isdir(path):
-        raise UserError(f"{quoted(path, bare=True)} is a folder: give a file name for the recording.")
+    """Check, before the script runs, that the recording can be written at ``path``."""
+    if path is not None:
+        check_output_file(path, "recording.json")
 
 
 def run_script(
@@ -159,10 +162,12 @@ def _print_traceback(exc: BaseException, script: str, err: TextIO) -> None:
         if not os.path.abspath(t.tb_frame.f_code.co_filename).startswith(ours):
             kept.append(t)
         t = t.tb_next
+    for a, b in itertools.pairwise(kept):
+        a.tb_next = b
     if kept:
-        for a, b in zip(kept, [*kept[1:], None], strict=True):
-            a.tb_next = b
-        exc.__traceback__ = kept[0]
+        kept[-1].tb_next = None
+    # No frame of the script's (a SyntaxError): Python shows the offending line, and only that.
+    exc.__traceback__ = kept[0] if kept else None
     err.write("".join(traceback.format_exception(exc)))
 
 

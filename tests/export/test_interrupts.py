@@ -186,6 +186,33 @@ def test_cli_export_in_process_stops_between_frames(qapp, capsys, tmp_path: Path
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
+@posix_only
+def test_cli_export_stops_while_it_steps_the_runs_before_the_first_frame(
+    qapp, capsys, tmp_path: Path
+) -> None:
+    from gradviz import cli
+    from gradviz.engine.lab import Lab
+
+    steps = []
+    real_step = Lab.step
+
+    def step(self: Lab, *args: object, **kwargs: object) -> object:
+        steps.append(1)
+        if len(steps) == 3:
+            signal.raise_signal(signal.SIGTERM)
+        return real_step(self, *args, **kwargs)
+
+    out = tmp_path / "a.gif"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Lab, "step", step)
+        code = cli.main(
+            [*("export", *EXPORT, "-o", str(out)), "--iterations", "2000", "--per-frame", "iteration"]
+        )
+    assert code == 143, capsys.readouterr().err
+    assert len(steps) <= 4, "the export stepped on long after the signal came"
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
 # --- Ctrl+C at random moments, in real processes ----------------------------------------------------
 
 

@@ -236,6 +236,21 @@ def _bad_recordings(good: Path, folder: Path) -> dict[str, Path]:
     out["calls"].write_text(json.dumps(calls))
     out["huge"] = folder / "huge.json"  # json refuses to read an integer this long
     out["huge"].write_text(text.replace("{", '{"huge": ' + "9" * 5000 + ", ", 1))
+    # More than the observer ever writes: each would take minutes or gigabytes to draw.
+    many = json.loads(text)
+    many["events"] = (many["events"] * 20001)[:20001]
+    out["many_events"] = folder / "many_events.json"
+    out["many_events"].write_text(json.dumps(many))
+    named = json.loads(text)
+    named["params"][0]["name"] = "w" * 100_000
+    out["long_name"] = folder / "long_name.json"
+    out["long_name"].write_text(json.dumps(named))
+    lines = json.loads(text)
+    lines["sources"] = {"train.py": ["x" * 100_000]}
+    out["long_line"] = folder / "long_line.json"
+    out["long_line"].write_text(json.dumps(lines))
+    out["fifo"] = folder / "fifo.json"  # read, it would wait for a writer forever
+    os.mkfifo(out["fifo"])
     return out
 
 
@@ -246,11 +261,15 @@ EXPECTED = {
     "edited": "events[0].op should be one of",
     "calls": "events[0].calls should list [file, line] pairs",
     "huge": "more than 4,300 digits",
+    "many_events": '"events" has 20,001 ops; a recording gradviz wrote has at most 20,000',
+    "long_name": "params[0].name has 100,000 characters; a recording gradviz wrote has at most 200",
+    "long_line": "a line of sources['train.py'] has 100,000 characters",
+    "fifo": "is a FIFO (named pipe), not a recording",
 }
 
 
 @pytest.mark.parametrize("kind", sorted(EXPECTED))
-def test_a_bad_recording_is_one_sentence(tmp_path, printing, kind):
+def test_a_bad_recording_is_one_sentence(tmp_path, printing, kind, deadline):
     bad = _bad_recordings(printing[0], tmp_path)[kind]
     with pytest.raises(UserError, match=re.escape(EXPECTED[kind])) as caught:
         load_replay(bad)
@@ -276,7 +295,7 @@ IN_A_PROCESS = {"snapshot": "truncated", "export": "future", "open": "nonsense"}
 
 @pytest.mark.parametrize("command", sorted(IN_A_PROCESS))
 def test_the_command_line_refuses_a_bad_recording_with_status_2(
-    tmp_path, printing, command, capsys, monkeypatch
+    tmp_path, printing, command, capsys, monkeypatch, deadline
 ):
     from gradviz.cli import main
 

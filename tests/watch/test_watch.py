@@ -273,3 +273,18 @@ def test_a_grad_that_zero_grad_set_to_none_says_so(tmp_path):
         f"train.py:{line}: error: W.grad is None here: zero_grad() at line {zero} set it to None "
         "(set_to_none=True is its default)"
     )
+
+
+def test_what_the_watch_writes_stays_within_what_the_loader_reads(tmp_path):
+    # A name and a line longer than the format holds are cut by the observer, never refused after the run.
+    name = "w" * 300
+    source = (
+        f"import torch\n{name} = torch.zeros(2, requires_grad=True)  # {'x' * 1000}\n"
+        f"opt = torch.optim.SGD([{name}], lr=0.1)\n"
+        f"for _ in range(2):\n    opt.zero_grad()\n    ({name} - 1).pow(2).sum().backward()\n    opt.step()\n"
+    )
+    proc = watch(tmp_path, source, "-o", "rec.json")
+    assert proc.returncode == 0, proc.stderr
+    rec = load_recording(tmp_path / "rec.json")
+    assert [p["name"] for p in rec.params] == [name[:200]]
+    assert max(map(len, rec.sources["train.py"])) == 500

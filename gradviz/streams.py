@@ -1,0 +1,65 @@
+"""The standard streams when the shell closed one (``>&-``, ``<&-``) or what one leads to is full.
+
+Python leaves a closed stream as ``None`` and reports a full disk behind
+stdout (``> /dev/full``) as an ``OSError`` at the next flush; either would
+otherwise end a command in an internal error. Here each is one sentence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sys
+
+from gradviz.engine.errors import UserError
+
+# Errors of writing to a stream (no file name: not a file gradviz opened itself).
+_WRITE_FAILURES = {errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF}
+
+
+class ClosedStream:
+    """Stands in for a standard stream the shell closed: using it says so, in one sentence."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _closed(self) -> UserError:
+        verb = "read answers from" if self.name == "stdin" else "write to"
+        return UserError(f"cannot {verb} standard {self.name[3:]}put: the shell closed it.")
+
+    def write(self, text: str) -> int:
+        raise self._closed()
+
+    def readline(self, size: int = -1) -> str:
+        raise self._closed()
+
+    def flush(self) -> None:
+        """Nothing to flush: nothing was ever written."""
+
+    def isatty(self) -> bool:
+        return False
+
+
+def stand_in_for_closed() -> None:
+    """Put a :class:`ClosedStream` where the shell closed stdin or stdout, and discard a closed
+    stderr's text (there is nowhere to say anything)."""
+    for name in ("stdin", "stdout"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, ClosedStream(name))
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (lives as long as the process)
+
+
+def is_output_failure(exc: OSError) -> bool:
+    """Whether ``exc`` is writing to standard output failing (a full disk, an I/O error)."""
+    return exc.filename is None and exc.errno in _WRITE_FAILURES
+
+
+def discard_output() -> None:
+    """Point stdout at the null device, so that the text still buffered is dropped quietly
+    instead of failing again as the interpreter exits."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
