@@ -11,12 +11,16 @@ headless engine stepping the same ops, a bare PySide6 window and ``import
 torch`` started the same way. Offscreen unless a display is set; under
 ``xvfb-run`` with ``QT_QPA_PLATFORM=xcb`` it is a real window.
 
+Beside each figure: the garbage collector's pauses during those frames (how many, the
+longest, their share of the time), since a full collection stalls every thread at once.
+
 Run: ``python bench/bench_app.py [--marks 2000,50000] [--frames 120] [--parts]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import subprocess
@@ -136,6 +140,26 @@ class Frames:
             self.costs[-1] += seconds
 
 
+@dataclass
+class Collections:
+    """The garbage collector's pauses while measuring, from ``gc.callbacks`` (each pause holds the GIL)."""
+
+    pauses: list[float] = field(default_factory=list)
+    on: bool = False
+    began: float = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.began = time.perf_counter()
+        elif self.on:
+            self.pauses.append(time.perf_counter() - self.began)
+
+    def line(self, seconds: float) -> str:
+        longest = 1000 * max(self.pauses, default=0.0)
+        share = 100 * sum(self.pauses) / seconds if seconds > 0 else 0.0
+        return f"{len(self.pauses)} collections, longest {longest:.1f} ms, {share:.1f}% of the time"
+
+
 def _p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
@@ -149,6 +173,7 @@ class Figures:
     fps: float
     ops_per_s: float
     interval_median: float
+    collector: str = ""  # the garbage collector's pauses meanwhile, where they were watched
 
     def line(self) -> str:
         return (
@@ -210,6 +235,8 @@ def play(marks: list[int], frames: int, presentation: bool) -> dict[int, Figures
     window.frame_drawn.connect(lambda: record.drawn(window))
     window.painted.connect(record.painted)
     c.set_speed(0)
+    collections = Collections()
+    gc.callbacks.append(collections)
     out = {}
     for mark in marks:
         # The history of ``mark`` ops, as Play would have left it, without drawing them all.
@@ -217,14 +244,16 @@ def play(marks: list[int], frames: int, presentation: bool) -> dict[int, Figures
         _wait_until(_has_ops(c, mark, idle=True))
         c.play()
         _wait_until(_has_ops(c, mark + 100))  # under way
-        record.on = True
+        record.on = collections.on = True
         start = time.perf_counter()
         _wait_until(lambda: len(record.costs) >= frames + 1)
-        record.on = False
+        record.on = collections.on = False
         c.pause()
-        out[mark] = _figures(record, time.perf_counter() - start)
-        record.costs, record.starts, record.ticks = [], [], []
+        seconds = time.perf_counter() - start
+        out[mark] = replace(_figures(record, seconds), collector=collections.line(seconds))
+        record.costs, record.starts, record.ticks, collections.pauses = [], [], [], []
         wait_until_idle(window)
+    gc.callbacks.remove(collections)
     c.shutdown()
     window.close()
     window.deleteLater()
@@ -385,6 +414,7 @@ def report(marks: list[int], frames: int) -> None:
             print(
                 f"  {name:17s} after {mark:6,d} ops: {f.line()}  (median / peer {f.median / base.median:.2f})"
             )
+            print(f"  {'':17s} {'':16s}garbage collector: {f.collector}")
         first, last = figures[marks[0]], figures[marks[-1]]
         print(
             f"  {name:17s} {marks[-1]:,d} vs {marks[0]:,d} ops: median {last.median / first.median:.2f}x, "
