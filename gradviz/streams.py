@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import sys
+from collections.abc import Iterator
 
 from gradviz.engine.errors import UserError
 
@@ -41,14 +42,34 @@ class ClosedStream:
         return False
 
 
+# The standard streams the shell had closed, and what stands in for each.
+_STOOD_IN: dict[str, object] = {}
+
+
 def stand_in_for_closed() -> None:
     """Put a :class:`ClosedStream` where the shell closed stdin or stdout, and discard a closed
     stderr's text (there is nowhere to say anything)."""
     for name in ("stdin", "stdout"):
         if getattr(sys, name) is None:
-            setattr(sys, name, ClosedStream(name))
+            _STOOD_IN[name] = ClosedStream(name)
     if sys.stderr is None:
-        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (lives as long as the process)
+        _STOOD_IN["stderr"] = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (for the whole process)
+    for name, stream in _STOOD_IN.items():
+        setattr(sys, name, stream)
+
+
+@contextlib.contextmanager
+def as_python_gives_them() -> Iterator[None]:
+    """The streams the shell closed as ``None`` again, as plain Python gives them to a script, for
+    as long as a watched script runs."""
+    stood_in = {name: stream for name, stream in _STOOD_IN.items() if getattr(sys, name) is stream}
+    for name in stood_in:
+        setattr(sys, name, None)
+    try:
+        yield
+    finally:
+        for name, stream in stood_in.items():
+            setattr(sys, name, stream)
 
 
 def is_output_failure(exc: OSError) -> bool:

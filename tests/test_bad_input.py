@@ -744,3 +744,18 @@ def test_the_path_written_is_printed_with_control_characters_escaped(capsys, tmp
     out = tmp_path / "g\x1b[31m.json"
     assert _main("graph", "standard-loop", "-o", str(out)) == 0
     assert capsys.readouterr().out == f"{tmp_path}/g\\x1b[31m.json\n" and out.exists()
+
+
+def test_a_watched_script_sees_a_closed_stream_as_plain_python_does(tmp_path):
+    script = tmp_path / "streams.py"
+    script.write_text(
+        "import sys\nassert sys.stdin is None and sys.stdout is None\nprint('ran', file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        f"{sys.executable} -m gradviz watch {script} <&- >&-",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr) == (0, "ran\n")

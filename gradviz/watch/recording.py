@@ -115,10 +115,11 @@ class Recording:
 
     def save(self, path: str | os.PathLike[str]) -> str:
         """Write the recording as JSON, whole or not at all; returns the path."""
+        from gradviz.export.outputs import check_output_file
+
         target = os.fspath(path)
-        folder = os.path.dirname(os.path.abspath(target))
-        if not os.path.isdir(folder):
-            raise UserError(f"cannot write the recording {quoted(target)}: its folder does not exist.")
+        # Checked again: while the script ran, a FIFO or a folder may have taken the path's place.
+        check_output_file(target, "recording.json")
         data = json.dumps(self.to_json(), allow_nan=False, separators=(",", ":")).encode("utf-8")
         try:
             write_bytes(Path(target), data)

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 from gradviz.engine.errors import UserError, one_line, quoted
 from gradviz.engine.files import NotAFileError, read_bounded
 from gradviz.export.outputs import check_output_file
+from gradviz.streams import as_python_gives_them
 from gradviz.watch.findings import Finding
 
 STRICT_STATUS = 3
@@ -104,7 +105,7 @@ def run_script(
     status = 0
     failure: BaseException | None = None
     try:
-        with watch(steps, script=script, argv=argv) as rec:
+        with watch(steps, script=script, argv=argv) as rec, as_python_gives_them():
             try:
                 _FINISHED_SCRIPTS.append(runpy.run_path(script, run_name="__main__"))
             except SystemExit as exc:

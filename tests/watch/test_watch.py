@@ -288,3 +288,12 @@ def test_what_the_watch_writes_stays_within_what_the_loader_reads(tmp_path):
     rec = load_recording(tmp_path / "rec.json")
     assert [p["name"] for p in rec.params] == [name[:200]]
     assert max(map(len, rec.sources["train.py"])) == 500
+
+
+def test_saving_refuses_a_fifo_that_took_the_paths_place_while_the_script_ran(tmp_path, forgot):
+    rec = load_recording(forgot.recording)
+    fifo = tmp_path / "rec.json"
+    os.mkfifo(fifo)
+    with pytest.raises(UserError, match="exists and is not a plain file"):
+        rec.save(fifo)
+    assert fifo.is_fifo()
