@@ -13,6 +13,7 @@ torch`` started the same way. Offscreen unless a display is set; under
 
 Beside each figure: the garbage collector's pauses during those frames (how many, the
 longest, their share of the time), since a full collection stalls every thread at once.
+Each mode is measured in a process of its own.
 
 Run: ``python bench/bench_app.py [--marks 2000,50000] [--frames 120] [--parts]``.
 """
@@ -21,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -403,13 +405,23 @@ def headless(ops: int) -> float:
     return ops / (time.perf_counter() - start)
 
 
+def play_apart(marks: list[int], frames: int, presentation: bool) -> dict[int, Figures]:
+    """:func:`play` in a process of its own, so that neither mode inherits the other's window and lab
+    (a full collection would walk them too)."""
+    mode = "presentation" if presentation else "default"
+    marks_text = ",".join(map(str, marks))
+    command = [sys.executable, __file__, "--mode", mode, "--marks", marks_text, "--frames", str(frames)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return {int(mark): Figures(**figures) for mark, figures in json.loads(done.stdout).items()}
+
+
 def report(marks: list[int], frames: int) -> None:
     platform = os.environ["QT_QPA_PLATFORM"]
     base = peer(frames)
     print(f"Play of {SCENARIO} at full speed, {SIZE[0]}x{SIZE[1]} ({platform}):")
     for presentation in (False, True):
         name = "presentation mode" if presentation else "default views"
-        figures = play(marks, frames, presentation)
+        figures = play_apart(marks, frames, presentation)
         for mark, f in figures.items():
             print(
                 f"  {name:17s} after {mark:6,d} ops: {f.line()}  (median / peer {f.median / base.median:.2f})"
@@ -431,8 +443,13 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=120, help="frames measured at each mark")
     parser.add_argument("--rounds", type=int, default=3, help="start-up rounds")
     parser.add_argument("--parts", action="store_true", help="each view's drawing and painting instead")
+    parser.add_argument("--mode", choices=("default", "presentation"), help="only one mode's Play, as JSON")
     args = parser.parse_args()
     marks = sorted(int(m) for m in args.marks.split(","))
+    if args.mode:
+        figures = play(marks, args.frames, args.mode == "presentation")
+        print(json.dumps({mark: asdict(f) for mark, f in figures.items()}))
+        return
     if args.parts:
         base = peer(args.frames)
         print(f"Where the default views' frame time goes during full-speed Play of {SCENARIO}:")
