@@ -25,6 +25,7 @@ from gradviz.engine.scenario import (
     SEEDS,
     SNAPSHOT_OPS,
     Bounds,
+    Scenario,
     number_problem,
 )
 
@@ -459,8 +460,9 @@ def _stop_sentence(rec: Any) -> str:
     return f"run {run} diverged at iteration {rec.iteration} (loss {loss}); the trace ends there for it."
 
 
-def _check_lesson(source: str, verb: str) -> None:
-    """Refuse ``--lesson`` for a recording, or a scenario without lesson stops, before any work."""
+def _lesson_scenario(source: str, verb: str) -> Scenario:
+    """The scenario ``--lesson`` plays; a recording, or a scenario without lesson stops, is refused
+    before any work."""
     from gradviz.engine.errors import UserError
     from gradviz.engine.scenario import load_scenario
     from gradviz.watch.replay import is_recording
@@ -473,13 +475,14 @@ def _check_lesson(source: str, verb: str) -> None:
             f"{quoted(scenario.name)} has no lesson stops to {verb}; leave out --lesson "
             "(`gradviz list` shows the scenarios that carry a lesson)."
         )
+    return scenario
 
 
 def cmd_open(args: argparse.Namespace) -> int:
     from gradviz.gui.app import run_app
 
     if args.lesson:
-        _check_lesson(args.scenario, "open")
+        _lesson_scenario(args.scenario, "open")
 
     return run_app(args.scenario, lesson=args.lesson)
 
@@ -515,7 +518,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from gradviz.engine.errors import UserError
-    from gradviz.engine.scenario import Scenario, load_scenario
+    from gradviz.engine.scenario import load_scenario
     from gradviz.export import check_output
     from gradviz.export.outputs import check_fps
     from gradviz.export.progress import ProgressBar
@@ -542,11 +545,11 @@ def _export(args: argparse.Namespace) -> int:
         fit=args.views is None,
     )
     frames = ExportRange(args.per_frame, args.first, args.last, args.ops, args.iterations, lesson=args.lesson)
-    if args.lesson:
-        _check_lesson(args.scenario, "export")
     recording = _export_source(args)
     scenario: str | Scenario
-    if recording is not None:
+    if args.lesson:
+        scenario = _lesson_scenario(args.scenario, "export").with_overrides(lr=args.lr, device=args.device)
+    elif recording is not None:
         scenario = recording
     else:
         scenario = load_scenario(args.scenario).with_overrides(lr=args.lr, device=args.device)

@@ -26,8 +26,8 @@ class ClosedStream:
         self.name = name
 
     def _closed(self) -> UserError:
-        verb = "read answers from" if self.name == "stdin" else "write to"
-        return UserError(f"cannot {verb} standard {self.name[3:]}put: the shell closed it.")
+        use = "read answers from standard input" if self.name == "stdin" else "write to standard output"
+        return UserError(f"cannot {use}: the shell closed it.")
 
     def write(self, text: str) -> int:
         raise self._closed()

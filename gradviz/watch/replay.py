@@ -386,6 +386,7 @@ def _read_now(file: str, where: str) -> str | None:
         candidates.append(os.path.join(os.path.dirname(os.path.abspath(where)), file))
     for path in candidates:
         try:
+            # As much as a recording would hold of it: its lines, 4 bytes a character at most in UTF-8.
             raw = read_bounded(path, SOURCE_LINES * (SOURCE_LINE_CHARS + 1) * 4)
         except (OSError, ValueError):  # missing, or not a regular file (a FIFO would block)
             continue
