@@ -13,7 +13,10 @@ machines here are shared and noisy:
   ``MEMORY_TARGET`` bytes; for the small model, with full records for the
   recent past and after they are thinned to keyframes further back.
 
-Run: ``python bench/bench_engine.py [--iterations N] [--rounds R]``.
+Each model's figures depend on what ran before them in the process (a long lab run earlier
+makes a later recording measurably slower); ``--models linear`` measures one alone.
+
+Run: ``python bench/bench_engine.py [--iterations N] [--rounds R] [--models mlp,linear]``.
 """
 
 from __future__ import annotations
@@ -169,18 +172,8 @@ def _rebuild_rows(lab: Lab, every: int, what: str) -> None:
     _row("rebuild / plain", f"{worst / plain:.3f}", _verdict(worst / plain, REBUILD_TARGET))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--iterations", type=int, default=25, help="iterations per timed chunk")
-    parser.add_argument("--rounds", type=int, default=200, help="chunks per lab")
-    parser.add_argument("--memory-iterations", type=int, default=10_000)
-    parser.add_argument("--recent", type=int, default=4000, help="records kept by the thinned lab")
-    args = parser.parse_args()
-    set_threads(1)
-    set_aside_imports()  # as the window's worker and `gradviz trace` do
-    random.seed(0)
+def _mlp(args: argparse.Namespace) -> None:
     n = args.memory_iterations
-
     print("MLP 2-128-128-1 (17k parameters), Adam: keyframes, no full records")
     ratio, rate, _ = overhead(MLP, args.iterations, args.rounds)
     _row("recorded iterations/s", f"{rate:.0f}")
@@ -191,6 +184,9 @@ def main() -> None:
     _row("", "", f"(a packed keyframe every {lab.keyframe_every} iterations)")
     _rebuild_rows(lab, lab.keyframe_every, "op")
 
+
+def _linear(args: argparse.Namespace) -> None:
+    n = args.memory_iterations
     print("linear regression, SGD with momentum: full records, thinned to keyframes further back")
     ratio, rate, _ = overhead(LINEAR, args.iterations, args.rounds)
     _row("recorded iterations/s", f"{rate:.0f}")
@@ -210,6 +206,23 @@ def main() -> None:
     per_op = thinned / lab.ticks_per_iteration
     _row("", "", f"({per_op:.0f} B per op; the far past: bench_soak.py --bytes-per-op)")
     _rebuild_rows(lab, every, "thinned op")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--iterations", type=int, default=25, help="iterations per timed chunk")
+    parser.add_argument("--rounds", type=int, default=200, help="chunks per lab")
+    parser.add_argument("--memory-iterations", type=int, default=10_000)
+    parser.add_argument("--recent", type=int, default=4000, help="records kept by the thinned lab")
+    parser.add_argument("--models", default="mlp,linear", help="the models measured, in this order")
+    args = parser.parse_args()
+    set_threads(1)
+    set_aside_imports()  # as the window's worker and `gradviz trace` do
+    random.seed(0)
+    for model in args.models.split(","):
+        if model not in ("mlp", "linear"):
+            parser.error(f"no model {model!r}: mlp or linear")
+        (_mlp if model == "mlp" else _linear)(args)
 
 
 if __name__ == "__main__":

@@ -545,14 +545,14 @@ def _export(args: argparse.Namespace) -> int:
         fit=args.views is None,
     )
     frames = ExportRange(args.per_frame, args.first, args.last, args.ops, args.iterations, lesson=args.lesson)
-    recording = _export_source(args)
+    # A lesson's source is a scenario (a recording is refused by ``_lesson_scenario``).
+    recording = None if args.lesson else _export_source(args)
     scenario: str | Scenario
-    if args.lesson:
-        scenario = _lesson_scenario(args.scenario, "export").with_overrides(lr=args.lr, device=args.device)
-    elif recording is not None:
+    if recording is not None:
         scenario = recording
     else:
-        scenario = load_scenario(args.scenario).with_overrides(lr=args.lr, device=args.device)
+        loaded = _lesson_scenario(args.scenario, "export") if args.lesson else load_scenario(args.scenario)
+        scenario = loaded.with_overrides(lr=args.lr, device=args.device)
     notes: list[str] = []
     with ProgressBar(sys.stderr) as bar:
         out = export_animation(

@@ -61,6 +61,7 @@ from gradviz.engine.errors import UserError, one_line, quoted
 from gradviz.engine.files import NotAFileError, read_bounded
 from gradviz.engine.jsonform import strict_json
 from gradviz.export.atomic import write_bytes
+from gradviz.export.outputs import check_output_file
 from gradviz.watch.findings import SEVERITIES, Finding
 from gradviz.watch.observer import (
     FULL_VALUES,
@@ -115,8 +116,6 @@ class Recording:
 
     def save(self, path: str | os.PathLike[str]) -> str:
         """Write the recording as JSON, whole or not at all; returns the path."""
-        from gradviz.export.outputs import check_output_file
-
         target = os.fspath(path)
         # Checked again: while the script ran, a FIFO or a folder may have taken the path's place.
         check_output_file(target, "recording.json")
