@@ -239,6 +239,15 @@ class Increasing:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self[:] if dtype is None else self[:].astype(dtype)
 
+    def count_at_most(self, value: int) -> int:
+        """How many values are at most ``value`` (``bisect.bisect_right`` on the column), reading
+        one block rather than one per step of a bisection."""
+        # Every value from checkpoint c + 1 on exceeds ``value``, so the count ends within block c.
+        c = bisect.bisect_right(self._checkpoints, value) - 1
+        if c < 0:
+            return 0
+        return c * CHECKPOINT + int(np.searchsorted(self._block(c), value, side="right"))
+
     @property
     def nbytes(self) -> int:
         """Bytes of the steps and checkpoints kept (not counting the objects' own)."""

@@ -325,13 +325,16 @@ class SurfaceState:
         if not len(run):
             start = self.info.initial[name]
             run.extend(*self.points([start.param_flat], [start.params]))
-        flats, dicts = [], []
-        for i in range(len(run.op_points), len(rt)):
-            rec = moment.history.record(name, i)
-            if rt.ops[i] == "step" and rec is not None:
+        flats, dicts, op_points = [], [], []
+        known = len(run.op_points)
+        # Only a step moves the run: the other ops' records are not read.
+        for i, op in enumerate(rt.ops[known : len(rt)], known):
+            rec = moment.history.record(name, i) if op == "step" else None
+            if rec is not None:
                 flats.append(rec.snapshot.param_flat)
                 dicts.append(rec.params)
-            run.op_points.append(len(run) + len(flats) - 1)
+            op_points.append(len(run) + len(flats) - 1)
+        run.op_points.extend(op_points)
         if flats:
             run.extend(*self.points(flats, dicts))
         return run.points(run.op_points[upto] + 1 if upto >= 0 else 1)

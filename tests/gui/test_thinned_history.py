@@ -6,6 +6,8 @@ keeps 256 ops of each curve whole instead of 200,000), so a few thousand ops rea
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from gradviz.engine import Lab, load_scenario
@@ -168,6 +170,8 @@ def test_foretold_columns_keep_only_what_differs_and_increasing_ones_a_byte_a_st
     assert list(column) == values and column[3] == 300 and column[2047] == values[2047]
     assert list(column[1020:1030]) == values[1020:1030]
     assert column.nbytes < 2 * len(values)
+    for probe in (-1, 0, 2, 3, 299, 300, 301, 69_999, 70_000, 71_018, 71_019, 71_020, 72_999, 73_000):
+        assert column.count_at_most(probe) == bisect.bisect_right(values, probe)
     column.truncate(1500)
     column.append(values[1499] + 1)
     assert list(column) == [*values[:1500], values[1499] + 1]

@@ -3,7 +3,7 @@
 Qt strokes a dashed pen wider than one pixel by building the outline of every
 dash and filling it: about four times the cost of drawing the same dashes as
 solid lines. A run's dash is what tells it apart from another without colour,
-so it stays; :class:`DashedLine` keeps Qt's pattern (the pen's own dash lengths,
+so it stays; :class:`DashedCurve` keeps Qt's pattern (the pen's own dash lengths,
 in units of its width, each dash capped as the pen caps it) and only draws it the
 cheaper way. The data it holds and reports is the series itself, not the dashes.
 """
@@ -122,26 +122,6 @@ class DashedCurve(pg.PlotCurveItem):
         p.setPen(solid)
         p.drawLines(*self._segments.drawargs())
         p.restore()
-
-
-class DashedLine(pg.PlotDataItem):
-    """A :class:`pyqtgraph.PlotDataItem` whose line is a :class:`DashedCurve`."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__()
-        plain = self.curve
-        plain.setParentItem(None)
-        self.curve: pg.PlotCurveItem = DashedCurve()
-        self.curve.setParentItem(self)
-        self.curve.sigClicked.connect(self.sigClicked)
-        if args or kwargs:
-            self.setData(*args, **kwargs)
-
-
-def plot_line(pen: QPen, **options: Any) -> pg.PlotDataItem:
-    """A series drawn with ``pen``: a plain :class:`pyqtgraph.PlotDataItem` where it is solid."""
-    kind = pg.PlotDataItem if pen.style() == Qt.PenStyle.SolidLine else DashedLine
-    return kind(pen=pen, **options)
 
 
 def curve_line(pen: QPen, **options: Any) -> pg.PlotCurveItem:

@@ -37,7 +37,9 @@ from PySide6.QtWidgets import (
 
 from gradviz.gui.surface_state import CONTOURS, Extent, SurfaceGrid, SurfaceState
 from gradviz.gui.theme import BASE_POINT_SIZE, LIGHT, Theme, run_color, run_dash, run_glyph, run_symbol
-from gradviz.gui.views.dashes import curve_line, plot_line
+from gradviz.gui.views.axes import BottomAxis
+from gradviz.gui.views.dashes import curve_line
+from gradviz.gui.views.growing import GrowingLine
 from gradviz.gui.window_history import LabInfo, Moment, PlaneRequest, PlaneSurface
 from gradviz.gui.worker import plane_kinds
 
@@ -49,6 +51,8 @@ POINT_SIZE = 15
 RING = 9
 # Current points closer than this many pixels (at the window's type) hide each other: nested rings.
 SAME_POINT = 7.0
+# A path of at most this many points has a marker on each: beyond, they run together.
+MARKED_POINTS = 150
 # An arrow gets its head only when it is this many heads long.
 HEAD_ROOM = 1.5
 # A plane with no loss known anywhere on it (a replayed recording has no model or data to evaluate).
@@ -82,7 +86,10 @@ class _RunItems:
         colour = QColor(run_color(index))
         self.colour = colour
         self.symbol = run_symbol(index)
-        self.path = plot_line(pg.mkPen(colour, width=2, style=run_dash(index)), connect="finite")
+        # The path grows at its end: its settled part is painted from a pixmap (see growing.py).
+        self.path = GrowingLine(pg.mkPen(colour, width=2, style=run_dash(index)), connect="finite")
+        # A marker on every point while they can be told apart (MARKED_POINTS); a long path is a line.
+        self.dots = pg.ScatterPlotItem(size=5, symbol=self.symbol, brush=colour, pen=None)
         # Single markers are moved with setPos: re-setting a scatter's data costs milliseconds a frame.
         self.size = float(POINT_SIZE)
         self.point = pg.ScatterPlotItem(
@@ -94,6 +101,9 @@ class _RunItems:
         )
         self.diverged.setZValue(21)
         self.diverged.setVisible(False)
+        # A marker that only moves is copied from a pixmap rather than painted again each frame.
+        for marker in (self.point, self.diverged):
+            marker.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self.shown: tuple[float, ...] | None = None
         self.diverged_label = pg.TextItem("", color=colour, anchor=(0, 1))
         self.diverged_label.setZValue(21)
@@ -109,11 +119,17 @@ class _RunItems:
             )
             for key in self.lines
         }
-        for item in (self.path, self.point, self.diverged, self.diverged_label, *self.lines.values()):
-            plot.addItem(item)
         for head in self.heads.values():
             head.setZValue(15)
-            plot.addItem(head)
+        for item in self.items():
+            plot.addItem(item)
+
+    def items(self) -> list[pg.GraphicsObject]:
+        """Every graphics item of the run."""
+        return [
+            self.path, self.dots, self.point, self.diverged, self.diverged_label,
+            *self.lines.values(), *self.heads.values(),
+        ]  # fmt: skip
 
 
 class ContourLine(pg.IsocurveItem):
@@ -192,7 +208,7 @@ class SurfaceView(QWidget):
         self.caption.setObjectName("status")
         self.caption.setWordWrap(True)
         self.caption.setMinimumWidth(100)
-        self.plot_widget = pg.PlotWidget()
+        self.plot_widget = pg.PlotWidget(axisItems={"bottom": BottomAxis()})
         self.plot_widget.setObjectName("surfacePlot")
         self.plot = self.plot_widget.getPlotItem()
         self.plot.setMenuEnabled(False)
@@ -201,8 +217,8 @@ class SurfaceView(QWidget):
         # weight, and a long label it lengthens is cut at the plot's edge.
         for name in ("left", "bottom"):
             self.plot.getAxis(name).enableAutoSIPrefix(False)
-        # The left axis changes only with the range: painted from a pixmap while the paths move.
-        # (The bottom one draws its line just outside its bounds, which a pixmap would cut.)
+        # The left axis changes only with the range: painted from a pixmap while the paths move
+        # (as the bottom one is, see axes.py).
         self.plot.getAxis("left").setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self.image = pg.ImageItem()
         self.image.setZValue(-10)
@@ -217,6 +233,8 @@ class SurfaceView(QWidget):
             curve.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             self.contours.append(curve)
         self.minimum = pg.ScatterPlotItem(size=12, symbol="+", pen=pg.mkPen("k", width=2))
+        # Under the paths, it would be painted again every frame of Play: copied from a pixmap instead.
+        self.minimum.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self.plot.addItem(self.minimum)
         # Legends are made by hand: PlotItem.addLegend would collect every named item itself.
         # The key to runs and arrows sits above the plot, so it never covers a path or a marker.
@@ -406,16 +424,8 @@ class SurfaceView(QWidget):
         """Prepare the surface of a new lab; models without two parameters ask for a plane."""
         self.info = info
         for items in self.items:
-            for item in (
-                items.path,
-                items.point,
-                items.diverged,
-                items.diverged_label,
-                *items.lines.values(),
-            ):
+            for item in items.items():
                 self.plot.removeItem(item)
-            for head in items.heads.values():
-                self.plot.removeItem(head)
         self.items = []
         self.residual_text = ""
         self._together = ()
@@ -789,16 +799,11 @@ class SurfaceView(QWidget):
         if key != items.shown:
             items.shown = key
             shown = self.state.clip(drawn)
-            # Markers on every point while they can be told apart; a long path is a line.
-            symbols = {
-                "symbol": items.symbol,
-                "symbolSize": 5,
-                "symbolBrush": items.colour,
-                "symbolPen": None,
-            }
-            items.path.setData(
-                shown[:, 0], shown[:, 1], **(symbols if len(path) <= 150 else {"symbol": None})
-            )
+            items.path.setData(shown[:, 0], shown[:, 1])
+            marked = len(path) <= MARKED_POINTS
+            if marked:
+                items.dots.setData(shown[:, 0], shown[:, 1])
+            items.dots.setVisible(marked)  # an empty scatter still costs its paint
         last = self.state.clip(np.array([end if end is not None else path[0]], dtype=np.float64))[0]
         status = moment.status(name)
         running = status == "running"

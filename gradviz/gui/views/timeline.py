@@ -27,6 +27,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QPainterPath, QPe
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QVBoxLayout, QWidget
 
 from gradviz.gui.theme import LIGHT, OP_COLORS, OP_LETTERS, Theme, run_color, run_dash, run_glyph, run_symbol
+from gradviz.gui.views.axes import BottomAxis
 from gradviz.gui.views.grads import iteration_peak
 from gradviz.gui.views.growing import GrowingLine
 from gradviz.gui.window_history import LabInfo, Moment
@@ -376,7 +377,7 @@ class SparseAxis(pg.AxisItem):
         return distinct_labels([float(v) for v in values])
 
 
-class TickAxis(pg.AxisItem):
+class TickAxis(BottomAxis):
     """The axis of ticks: whole numbers only, so no label or mark falls between two ticks."""
 
     def tickSpacing(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, float]]:
@@ -923,7 +924,7 @@ class TimelineView(QWidget):
                 row=row,
                 col=1,
                 viewBox=ScrubViewBox(self.scrubbed.emit),
-                axisItems={"left": left, "bottom": TickAxis("bottom")},
+                axisItems={"left": left, "bottom": TickAxis()},
             )
             plot.setMenuEnabled(False)
             plot.hideButtons()
@@ -931,7 +932,7 @@ class TimelineView(QWidget):
             plot.setDownsampling(auto=True, mode="peak")
             plot.getAxis("left").setWidth(AXIS_WIDTH)
             # The values axis changes only with the range: painted from a pixmap while the curves
-            # grow. (A bottom axis draws its line just outside its bounds, which a pixmap would cut.)
+            # grow (as the bottom one is, see axes.py).
             plot.getAxis("left").setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             if key != "tape":
                 plot.getAxis("bottom").setStyle(showValues=False)
@@ -1247,7 +1248,7 @@ class TimelineView(QWidget):
                 out[key] = (floor.bottom, span[1]) if floor is not None else span
                 if floor is not None:
                     out[f"{key}:zero"] = span
-        n = bisect.bisect_right(history.distance_ticks, moment.tick)
+        n = history.distance_ticks.count_at_most(moment.tick)
         distance = [np.asarray(column[:n], dtype=np.float64) for column in history.distance]
         for key, linear in (("saved", parts["saved"]), ("nodes", parts["nodes"]), ("distance", distance)):
             values = np.concatenate(linear) if linear else np.zeros(0)
@@ -1285,8 +1286,9 @@ class TimelineView(QWidget):
         if info is None:
             return
         history = moment.history
-        for c in self.cursors:
-            c.setValue(moment.tick + 0.5 if moment.tick >= 0 else -0.5)
+        for plot, c in zip(self.plots.values(), self.cursors, strict=True):
+            if plot.isVisible() or not self.isVisible():  # a row shown later is drawn again then
+                c.setValue(moment.tick + 0.5 if moment.tick >= 0 else -0.5)
         total = sum(len(rt) for rt in history.runs.values())
         drawn = (total, moment.horizon)
         self._moment = moment
@@ -1344,7 +1346,7 @@ class TimelineView(QWidget):
                     at = (at[0], at[1], f"{name} · {at[1]:,.0f} nodes")
                 ends.append(at)
             self.end_labels[key].set_ends(ends, [self._handed[id(c)][:2] for c in self.curves[key]])
-        shown = bisect.bisect_right(history.distance_ticks, horizon)
+        shown = history.distance_ticks.count_at_most(horizon)
         for curve, line, column in zip(
             self.curves["distance"], self.lines["distance"], history.distance, strict=True
         ):
