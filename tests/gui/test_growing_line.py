@@ -54,16 +54,43 @@ def test_a_growing_series_hands_its_settled_points_over_once_per_settle(qapp, mo
     assert counts["settled"] <= frames * 5 // SETTLE + 2, counts
 
 
-def test_a_series_changed_before_its_end_is_handed_over_whole(qapp) -> None:
+def test_a_series_changed_before_its_end_settles_what_stayed_and_hands_the_rest_to_the_tail(qapp) -> None:
     line = GrowingLine(pg.mkPen("#0072B2", width=2))
-    x, y = _series(100)
+    x, y = _series(4 * SETTLE)
     line.setData(x[:60], y[:60])
     line.setData(x[:70], y[:70])
     y2 = y.copy()
-    y2[5] = 3.0  # a floor moved, a bucket made again: the settled points are not the same
+    y2[5] = 3.0  # a bucket made again: the points from there on are not the ones drawn
     line.setData(x[:80], y2[:80])
-    _, sy = line.settled.getData()
-    assert np.array_equal(sy, y2[:80], equal_nan=True) and len(line.tail.getData()[0]) == 1
+    assert np.array_equal(line.settled.getData()[1], y2[:5])
+    assert np.array_equal(line.tail.getData()[1], y2[4:80], equal_nan=True)
+    y3 = y2 + 1.0  # a floor moved: every point changed, so the whole series settles again
+    line.setData(x[: 3 * SETTLE], y3[: 3 * SETTLE])
+    assert np.array_equal(line.settled.getData()[1], y3[: 3 * SETTLE], equal_nan=True)
+    assert len(line.tail.getData()[0]) == 1
+
+
+def test_a_timeline_series_whose_last_bucket_fills_settles_once_per_settle_not_every_frame(
+    qapp, monkeypatch
+) -> None:
+    from gradviz.gui.views.timeline import PeakLine
+
+    line = GrowingLine(pg.mkPen("#0072B2", width=2), connect="finite")
+    counts = _counting(monkeypatch, line)
+    peaks = PeakLine()  # buckets of several points soon: the last one is revised as it fills
+    x, y = _series(20_000)
+    ticks = np.arange(len(x))
+    frames = 0
+    for n in range(200, len(x) + 1, 37):
+        px, py = peaks.update(ticks, y, n)
+        line.setData(px, py)
+        frames += 1
+        sx, _ = line.settled.getData()
+        tx, _ = line.tail.getData()
+        assert np.array_equal(np.concatenate((sx, tx[1:])), px)
+    assert peaks.k > 4
+    # Settling on every frame that fills a bucket would be about one frame in five here.
+    assert counts["settled"] < frames // 10, counts
 
 
 def _painted(item_of, data: list[tuple[np.ndarray, np.ndarray]]):

@@ -189,14 +189,27 @@ def test_the_time_axis_marks_whole_ticks_only_however_few_ops(open_window, qtbot
     assert all(float(v).is_integer() for v in marks), marks
 
 
-def test_letters_give_way_where_ops_are_too_dense_to_letter(open_window, qtbot) -> None:
+def test_letters_give_way_where_ops_are_too_dense_to_letter(open_window, qtbot, monkeypatch) -> None:
     w = open_window("forgot-zero-grad")
     c = w.controller
     c.set_speed(0)
-    c.play_until(399)
+    c.play_until(119)  # of the scenario's 160 ops: too many for a letter each
     qtbot.waitUntil(lambda: not c.playing and not c.busy, timeout=60000)
     w.redraw()
-    assert len(w.timeline.tape_letters.points()) == 0
+    letters = w.timeline.tape_letters
+    assert len(letters.points()) == 0
+    handed = []
+    monkeypatch.setattr(letters, "setData", lambda *a, **k: handed.append(a))
+    _step(qtbot, w, 3)
+    w.redraw()
+    assert c.history.last_tick == 122
+    assert handed == [], "no letters to show: the tape's letters are not drawn again every frame"
+    box = w.timeline.plots["tape"].getViewBox()
+    monkeypatch.undo()
+    last = c.history.last_tick
+    box.setXRange(last - 9, last + 1, padding=0)  # zoomed in: cells wide enough for a letter again
+    w.redraw()
+    assert len(letters.points()) > 0 and letters.isVisible()
 
 
 # ----------------------------------------------------------- default exports

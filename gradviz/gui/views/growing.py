@@ -46,7 +46,14 @@ class GrowingLine(pg.GraphicsObject):
 
     def setData(self, x: np.ndarray, y: np.ndarray) -> None:
         """Draw the series ``x``, ``y``: where it begins with the settled points and adds fewer than
-        :data:`SETTLE` to them, only the tail is handed over."""
+        :data:`SETTLE` to them, only the tail is handed over.
+
+        Otherwise the points that are the same as in the last call settle, and the rest
+        make the tail: a series whose newest points are revised as it grows (a timeline's
+        last bucket of points, :class:`~gradviz.gui.views.timeline.PeakLine`) then settles
+        once per :data:`SETTLE` points, not on every call. Where more than that changed, or
+        the first point did, the whole series settles.
+        """
         s = self._settled
         grown = (
             0 < s <= len(x)
@@ -55,8 +62,9 @@ class GrowingLine(pg.GraphicsObject):
             and np.array_equal(y[:s], self._y[:s], equal_nan=True)
         )
         if not grown:
-            s = self._settled = len(x)
-            self.settled.setData(x, y)
+            same = _same_start(x, y, self._x, self._y)
+            s = self._settled = same if same > 0 and len(x) - same < SETTLE else len(x)
+            self.settled.setData(x[:s], y[:s])
         # The tail starts at the settled part's last point, so the two join.
         self.tail.setData(x[max(s - 1, 0) :], y[max(s - 1, 0) :])
         self._x, self._y = x, y
@@ -80,3 +88,11 @@ class GrowingLine(pg.GraphicsObject):
 
     def paint(self, p: QPainter, *args: Any) -> None:
         pass  # the parts paint themselves
+
+
+def _same_start(x: np.ndarray, y: np.ndarray, was_x: np.ndarray, was_y: np.ndarray) -> int:
+    """How many leading points ``x``, ``y`` and ``was_x``, ``was_y`` have in common (NaN equal to NaN)."""
+    n = min(len(x), len(was_x))
+    differ = (x[:n] != was_x[:n]) | ((y[:n] != was_y[:n]) & ~(np.isnan(y[:n]) & np.isnan(was_y[:n])))
+    first = np.flatnonzero(differ)
+    return int(first[0]) if first.size else n

@@ -1478,8 +1478,9 @@ class TimelineView(QWidget):
             return
         self._letters_key = key
         if width <= 0 or x1 <= x0 or width / (x1 - x0) < self._letter_px() * LETTER_ROOM:
-            self.tape_letters.setData([], [])
-            self.tape_letters.setVisible(False)
+            if self.tape_letters.isVisible():  # handing it nothing again costs a redraw
+                self.tape_letters.setData([], [])
+                self.tape_letters.setVisible(False)
             return
         xs: list[float] = []
         ys: list[float] = []
