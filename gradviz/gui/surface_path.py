@@ -26,7 +26,9 @@ Box = tuple[tuple[float, float], tuple[float, float]]  # cells across and up, co
 
 # Paths of up to this many points are drawn whole, point by point.
 WHOLE = 2000
-# However long the path, its newest points are drawn exactly.
+# However long the path, its newest points are drawn exactly: at least this many, from a multiple
+# of it on, so that the thinned part before them changes once every EXACT_TAIL steps rather than
+# at every step (a growing line hands its settled points over again only then).
 EXACT_TAIL = 256
 # A cell is about this many pixels a side: a power of two in the axes' units, so a range that
 # grows a little keeps its cells (and what was thinned with them).
@@ -153,8 +155,8 @@ class RunPath:
         """The first ``n`` points as drawn (cells ``cell`` units a side): a polyline, NaN between pieces.
 
         Up to :data:`WHOLE` points it is the points themselves. Beyond, it is each
-        segment that reaches a cell no earlier segment reached, and the last
-        :data:`EXACT_TAIL` points whole; a point that is not finite is always kept
+        segment that reaches a cell no earlier segment reached, and the newest points whole
+        (the last :data:`EXACT_TAIL` to ``2 * EXACT_TAIL - 1``); a point that is not finite is always kept
         (it ends a piece, as the whole path would). With ``view``, the range shown, a
         segment counts only where it passes the box around it (see :data:`BOX_CELLS`):
         one that stays outside it is left out, as the plot would clip it.
@@ -168,7 +170,7 @@ class RunPath:
         if self._classified < n:
             self._classify(n)
         firsts = self._firsts[: np.searchsorted(self._firsts[: self._count], n)]
-        tail = n - EXACT_TAIL
+        tail = (n - EXACT_TAIL) // EXACT_TAIL * EXACT_TAIL
         keep = np.concatenate([firsts[firsts < tail], np.arange(tail, n)])
         return _pieces(self._xy, keep)
 

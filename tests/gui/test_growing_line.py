@@ -13,10 +13,12 @@ from gradviz.gui.views.dashes import DashedCurve, curve_line
 from gradviz.gui.views.growing import SETTLE, GrowingLine
 
 
-def _series(n: int) -> tuple[np.ndarray, np.ndarray]:
+def _series(n: int, path: bool = False) -> tuple[np.ndarray, np.ndarray]:
     x = np.arange(n, dtype=np.float64) + 0.5
     y = np.sin(x / 7.0) + 0.1 * np.cos(x)
     y[n // 3] = np.nan  # a gap, as a zero on a log row without its floor
+    if path:
+        x[n // 4] = np.nan  # a break between pieces, as a thinned path over the surface has
     return x, y
 
 
@@ -34,20 +36,22 @@ def _counting(monkeypatch, line: GrowingLine) -> dict[str, int]:
     return counts
 
 
-def test_a_growing_series_hands_its_settled_points_over_once_per_settle(qapp, monkeypatch) -> None:
+@pytest.mark.parametrize("path", [False, True], ids=["timeline", "surface path"])
+def test_a_growing_series_hands_its_settled_points_over_once_per_settle(qapp, monkeypatch, path) -> None:
     line = GrowingLine(pg.mkPen("#0072B2", width=2))
     counts = _counting(monkeypatch, line)
-    x, y = _series(3 * SETTLE)
+    x, y = _series(3 * SETTLE, path)
     frames = 0
     for n in range(10, len(x) + 1, 5):  # five new points a frame
         line.setData(x[:n], y[:n])
         frames += 1
         got_x, got_y = line.getData()
-        assert np.array_equal(got_x, x[:n]) and np.array_equal(got_y, y[:n], equal_nan=True)
+        assert np.array_equal(got_x, x[:n], equal_nan=True)
+        assert np.array_equal(got_y, y[:n], equal_nan=True)
         # The two parts together hold the series once, joined at one shared point.
         sx, sy = line.settled.getData()
         tx, ty = line.tail.getData()
-        assert np.array_equal(np.concatenate((sx, tx[1:])), x[:n])
+        assert np.array_equal(np.concatenate((sx, tx[1:])), x[:n], equal_nan=True)
         assert np.array_equal(np.concatenate((sy, ty[1:])), y[:n], equal_nan=True)
         assert len(tx) <= SETTLE + 1
     assert counts["tail"] == frames

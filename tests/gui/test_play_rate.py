@@ -273,6 +273,7 @@ class Handed:
             (GrowingLine, "setData"),
             (pg.ScatterPlotItem, "setData"),
             (pg.TextItem, "setPos"),
+            (pg.ScatterPlotItem, "setPos"),
             (pg.TextItem, "setHtml"),
         ):
             monkeypatch.setattr(cls, name, self._counting(getattr(cls, name)))
@@ -286,6 +287,10 @@ class Handed:
 
     def of(self, items) -> int:
         return sum(1 for item in self.calls if any(item is i for i in items))
+
+    def in_scene(self, scene) -> list[object]:
+        """The items handed something that ``scene`` holds."""
+        return [item for item in self.calls if item.scene() is scene]
 
 
 def _now(window):
@@ -307,7 +312,7 @@ def test_a_frame_that_changes_nothing_hands_the_timeline_nothing(open_window, qt
     tl._drawn = None  # draw every row again, as a frame with a new op would
     tl.draw(_now(w))
     settle(qtbot, w)
-    assert handed.calls == [], "no curve, marker or name is handed what it already shows"
+    assert handed.in_scene(tl.graphics.scene()) == [], "no curve, marker or name is handed what it shows"
 
 
 def test_a_new_op_hands_only_the_rows_it_changes(open_window, qtbot, monkeypatch) -> None:
@@ -334,7 +339,7 @@ def test_a_new_op_hands_only_the_rows_it_changes(open_window, qtbot, monkeypatch
         if "backward" not in newest and tl.plots["nodes"].getViewBox().viewRange() == span:
             checked += 1
             assert handed.of(tl.curves["nodes"]) == 0, "no backward(): the walked row is left as it is"
-            assert handed.of([tl.end_labels["nodes"].dots, *tl.end_labels["nodes"].items]) == 0
+            assert handed.of([*tl.end_labels["nodes"].markers, *tl.end_labels["nodes"].items]) == 0
         still = [
             tl.ends[i] for i, r in enumerate(c.info.runs) if c.history.runs[r.name].statuses[-1] == status[i]
         ]

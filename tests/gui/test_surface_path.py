@@ -177,6 +177,33 @@ def test_the_surface_view_draws_no_more_points_after_50_000_ops_than_after_2_000
         assert np.array_equal(back, short, equal_nan=True), "going back draws what was drawn then"
 
 
+def test_a_long_path_drawn_op_by_op_hands_its_settled_points_over_seldom(qtbot, monkeypatch) -> None:
+    from gradviz.gui.views.surface import SurfaceView
+    from gradviz.gui.window_history import Moment
+
+    info, history = _long_history(14_000)
+    view = SurfaceView()
+    qtbot.addWidget(view)
+    view.resize(700, 500)
+    view.show()
+    view.set_lab(info)
+    view.draw(Moment(info, history, 9_999))  # a step in four ops: past WHOLE points, so thinned
+    settles = [0] * len(view.items)
+    for i, items in enumerate(view.items):
+        hand = items.path.settled.setData
+        monkeypatch.setattr(
+            items.path.settled,
+            "setData",
+            lambda *a, i=i, hand=hand, **k: (settles.__setitem__(i, settles[i] + 1), hand(*a, **k)),
+        )
+    frames = 0
+    for tick in range(10_000, 12_000, 37):  # a frame's worth of ops at a time, as full-speed Play draws
+        view.draw(Moment(info, history, tick))
+        frames += 1
+    # The path gains about nine points a frame: it settles once in some thirty frames, not in each.
+    assert max(settles) <= frames // 5, (settles, frames)
+
+
 def test_the_3d_markers_of_runs_at_one_point_nest_the_first_largest() -> None:
     from gradviz.gui.views.surface3d import POINT_SIZE, _nested_sizes
 

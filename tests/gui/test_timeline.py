@@ -73,7 +73,7 @@ def test_a_first_point_is_drawn_and_named(open_window, qtbot) -> None:
     w = open_window("standard-loop")
     _step(qtbot, w, 2)  # zero_grad, forward: the loss has one point
     labels = w.timeline.end_labels["loss"]
-    assert len(labels.dots.points()) == 1, "a one-point series shows its point"
+    assert len(labels.marker_points()) == 1, "a one-point series shows its point"
     assert labels.texts() == ["yours"]
 
 

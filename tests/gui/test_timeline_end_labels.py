@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gui_helpers import press, settle
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt
 
 from gradviz.gui.window_history import Moment
 
@@ -54,7 +54,7 @@ def test_an_end_label_hides_no_curve_where_a_free_place_is_near_it(
     tl.graphics.grab()  # painted: items follow their view's range as they paint
     labels = tl.end_labels[key]
     box = tl.plots[key].getViewBox()
-    markers = [box.mapViewToScene(p.pos()) for p in labels.dots.points()]
+    markers = [box.mapViewToScene(QPointF(x, y)) for x, y in labels.marker_points()]
     shown = [item for item in labels.items if item.isVisible()]
     assert shown, (scenario, key)
     for item in shown:

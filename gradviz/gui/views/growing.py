@@ -55,14 +55,8 @@ class GrowingLine(pg.GraphicsObject):
         the first point did, the whole series settles.
         """
         s = self._settled
-        grown = (
-            0 < s <= len(x)
-            and len(x) - s < SETTLE
-            and np.array_equal(x[:s], self._x[:s])
-            and np.array_equal(y[:s], self._y[:s], equal_nan=True)
-        )
-        if not grown:
-            same = _same_start(x, y, self._x, self._y)
+        same = _same_start(x, y, self._x, self._y)
+        if not (0 < s <= same and len(x) - s < SETTLE):
             s = self._settled = same if same > 0 and len(x) - same < SETTLE else len(x)
             self.settled.setData(x[:s], y[:s])
         # The tail starts at the settled part's last point, so the two join.
@@ -91,8 +85,12 @@ class GrowingLine(pg.GraphicsObject):
 
 
 def _same_start(x: np.ndarray, y: np.ndarray, was_x: np.ndarray, was_y: np.ndarray) -> int:
-    """How many leading points ``x``, ``y`` and ``was_x``, ``was_y`` have in common (NaN equal to NaN)."""
+    """How many leading points ``x``, ``y`` and ``was_x``, ``was_y`` have in common (NaN, which
+    breaks a line, equal to NaN)."""
     n = min(len(x), len(was_x))
-    differ = (x[:n] != was_x[:n]) | ((y[:n] != was_y[:n]) & ~(np.isnan(y[:n]) & np.isnan(was_y[:n])))
-    first = np.flatnonzero(differ)
+    first = np.flatnonzero(_differ(x[:n], was_x[:n]) | _differ(y[:n], was_y[:n]))
     return int(first[0]) if first.size else n
+
+
+def _differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a != b) & ~(np.isnan(a) & np.isnan(b))

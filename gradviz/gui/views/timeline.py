@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QPainterPath, QPen, QResizeEvent, QTransform
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainterPath, QResizeEvent, QTransform
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QVBoxLayout, QWidget
 
 from gradviz.gui.theme import LIGHT, OP_COLORS, OP_LETTERS, Theme, run_color, run_dash, run_glyph, run_symbol
@@ -428,17 +428,16 @@ class EndLabels:
         self.joined = joined
         # What each run's curve draws (x ascending, as ticks are), which the names keep clear of.
         self.drawn: list[tuple[np.ndarray, np.ndarray]] = []
-        self.dots = pg.ScatterPlotItem(size=8, pxMode=True)
-        self.dots.setZValue(40)  # over the cursor and the names: the newest values always show
-        plot.addItem(self.dots, ignoreBounds=True)
+        # Each run's marker: one point moved with setPos and copied from a pixmap, since handing a
+        # scatter new points every frame has it paint them again.
+        self.markers: list[pg.ScatterPlotItem] = []
+        self.marker_size = 8.0
         self.items: list[pg.TextItem] = []
         self._html: list[str] = []  # what each item shows, so that unchanged text is not set again
         # Each run's end: x, y, the name's HTML; None where its series has no point yet.
         self.ends: list[tuple[float, float, str] | None] = []
         self.colours: list[QColor] = []
         # Each run's marker pen and brush, made once per lab rather than once a frame.
-        self._pens: list[QPen] = []
-        self._brushes: list[QBrush] = []
         # What the markers and names were last placed for: a frame that changes none of it costs nothing.
         self._placed: tuple[Any, ...] | None = None
         self._placed_over: list[tuple[np.ndarray, np.ndarray]] = []  # the curves' points, by identity
@@ -454,17 +453,28 @@ class EndLabels:
     def set_runs(self, colours: list[QColor]) -> None:
         """A new lab's runs, in their colours; no ends until :meth:`set_ends`."""
         self.colours = colours
-        self._pens = [pg.mkPen(c) for c in colours]
-        self._brushes = [pg.mkBrush(c) for c in colours]
+        for marker in self.markers:
+            self.plot.removeItem(marker)
+        self.markers = []
+        for i, colour in enumerate(colours):
+            marker = pg.ScatterPlotItem(
+                [0.0], [0.0], size=self.marker_size, symbol=run_symbol(i), pen=colour, brush=colour
+            )
+            marker.setZValue(40)  # over the cursor and the names: the newest values always show
+            marker.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+            marker.setVisible(False)
+            self.plot.addItem(marker, ignoreBounds=True)
+            self.markers.append(marker)
         self.ends = [None] * len(colours)
-        self.dots.setData([], [])
         self._placed = None
 
     def set_style(self, font: QFont, background: str) -> None:
         """Names in ``font`` over a backing of ``background``; markers sized to the type."""
         self.font = font
         self.background = QColor(background)
-        self.dots.setSize(max(8.0, QFontMetrics(font).height() * 0.6))
+        self.marker_size = max(8.0, QFontMetrics(font).height() * 0.6)
+        for marker in self.markers:
+            marker.setSize(self.marker_size)
         for item in self.items:
             item.textItem.setFont(font)
             item.fill = pg.mkBrush(self._backing())
@@ -486,15 +496,16 @@ class EndLabels:
             self.place()  # the curves may have moved under the names
             return
         self.ends = ends
-        shown = [i for i, e in enumerate(ends) if e is not None]
-        self.dots.setData(
-            x=[ends[i][0] for i in shown],  # type: ignore[index]
-            y=[ends[i][1] for i in shown],  # type: ignore[index]
-            pen=[self._pens[i] for i in shown],
-            brush=[self._brushes[i] for i in shown],
-            symbol=[run_symbol(i) for i in shown],
-        )
+        for marker, end in zip(self.markers, ends, strict=True):
+            shown = end is not None and bool(np.isfinite(end[0]) and np.isfinite(end[1]))
+            if shown:
+                marker.setPos(end[0], end[1])  # type: ignore[index]
+            marker.setVisible(shown)
         self.place()
+
+    def marker_points(self) -> list[tuple[float, float]]:
+        """Where the markers shown stand, in the row's coordinates."""
+        return [(m.pos().x(), m.pos().y()) for m in self.markers if m.isVisible()]
 
     def texts(self) -> list[str]:
         """The lines shown now, as plain text."""
@@ -546,7 +557,7 @@ class EndLabels:
                 group.append((i, e))
         metrics = QFontMetrics(self.font)
 
-        marker = float(self.dots.opts["size"])
+        marker = self.marker_size
         # A line beside its markers, or above or below them, clears them by this much.
         gap = max(6.0, marker / 2 + 2)
         clear = line / 2 + marker / 2 + 2
