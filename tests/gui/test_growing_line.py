@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from gradviz.gui.views.dashes import DashedCurve, curve_line
+from gradviz.gui.views.dashes import DashedCurve, LiveLine, curve_line
 from gradviz.gui.views.growing import SETTLE, GrowingLine
 
 
@@ -122,5 +122,33 @@ def test_a_grown_line_paints_what_one_curve_of_the_whole_series_paints(qapp, sty
     steps = [(x[:n], y[:n]) for n in range(20, 401, 7)] + [(x, y)]
     grown = _painted(lambda: GrowingLine(pen, connect="finite"), steps)
     whole = _painted(lambda: curve_line(pen, connect="finite"), [(x, y)])
-    assert isinstance(GrowingLine(pen).tail, DashedCurve) == (style != Qt.PenStyle.SolidLine)
+    line = GrowingLine(pen)
+    assert (
+        isinstance(line.settled, DashedCurve)
+        == (line.tail.lead is not None)
+        == (style != Qt.PenStyle.SolidLine)
+    )
     assert grown == whole, "the settled part and the tail paint as one curve, dashes included"
+
+
+@pytest.mark.parametrize(
+    ("width", "style"),
+    [
+        (2, Qt.PenStyle.SolidLine),
+        (4, Qt.PenStyle.SolidLine),
+        (2, Qt.PenStyle.DashLine),
+        (2, Qt.PenStyle.DotLine),
+    ],
+)
+def test_a_live_line_paints_what_a_curve_item_paints(qapp, width, style) -> None:
+    pen = pg.mkPen("#0072B2", width=width, style=style)
+    x, y = _series(120, path=True)  # broken by a NaN in x and one in y
+    frames = [(x[:n], y[:n]) for n in (2, 30, 60)] + [(x, y)]
+    live = _painted(lambda: LiveLine(pen), frames)
+    curve = _painted(lambda: curve_line(pen, connect="finite"), [(x, y)])
+    assert live == curve
+    line = LiveLine(pen)
+    line.setData(x, y)
+    assert line.dataBounds(0) == (np.nanmin(x), np.nanmax(x))
+    finite = np.isfinite(x) & np.isfinite(y)
+    assert line.dataBounds(1) == (y[finite].min(), y[finite].max())

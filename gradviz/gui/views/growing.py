@@ -4,9 +4,10 @@ During Play a timeline's series gains a few points a frame and keeps the rest. H
 whole, every frame would have Qt stroke every point again. :class:`GrowingLine` keeps
 what it was handed before as a settled curve, cached as a pixmap in device
 coordinates (Qt paints it again only when the range or the size changes), and hands
-only the points after it to a tail curve; once the tail holds :data:`SETTLE` points
-they join the settled part. A dashed pen's pattern runs on from the settled part into
-the tail (:attr:`DashedCurve.lead`), so the line looks as one curve would draw it.
+only the points after it to a tail line (a :class:`~gradviz.gui.views.dashes.LiveLine`);
+once the tail holds :data:`SETTLE` points they join the settled part. A dashed pen's
+pattern runs on from the settled part into the tail (:attr:`LiveLine.lead`), so the
+line looks as one curve would draw it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from PySide6.QtCore import QRectF
 from PySide6.QtGui import QPainter, QPen
 from PySide6.QtWidgets import QGraphicsItem
 
-from gradviz.gui.views.dashes import DashedCurve, curve_line
+from gradviz.gui.views.dashes import DashedCurve, LiveLine, curve_line
 
 # Points the live tail may hold before they join the settled part (which is then painted again).
 SETTLE = 256
@@ -32,11 +33,11 @@ class GrowingLine(pg.GraphicsObject):
     def __init__(self, pen: QPen, **options: Any) -> None:
         super().__init__()
         self.settled = curve_line(pen, **options)
-        self.tail = curve_line(pen, **options)
+        self.tail = LiveLine(pen)
         for part in (self.settled, self.tail):
             part.setParentItem(self)
         self.settled.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
-        if isinstance(self.tail, DashedCurve):
+        if isinstance(self.settled, DashedCurve):
             self.tail.lead = self.settled
         self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents)
         self.opts = self.settled.opts

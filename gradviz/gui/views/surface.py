@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 from gradviz.gui.surface_state import CONTOURS, Extent, SurfaceGrid, SurfaceState
 from gradviz.gui.theme import BASE_POINT_SIZE, LIGHT, Theme, run_color, run_dash, run_glyph, run_symbol
 from gradviz.gui.views.axes import BottomAxis
-from gradviz.gui.views.dashes import curve_line
+from gradviz.gui.views.dashes import LiveLine
 from gradviz.gui.views.growing import GrowingLine
 from gradviz.gui.window_history import LabInfo, Moment, PlaneRequest, PlaneSurface
 from gradviz.gui.worker import plane_kinds
@@ -107,11 +107,11 @@ class _RunItems:
         self.shown: tuple[float, ...] | None = None
         self.diverged_label = pg.TextItem("", color=colour, anchor=(0, 1))
         self.diverged_label.setZValue(21)
-        # Two points each, moved every op: bare curve items, which do no clipping or thinning of their own.
+        # Two points each, moved every op: lines drawn anew each frame, without a curve item's costs.
         self.lines = {
-            "stale": curve_line(pg.mkPen(colour, width=2, style=Qt.PenStyle.DotLine)),
-            "fresh": curve_line(pg.mkPen(colour, width=2)),
-            "step": curve_line(pg.mkPen(colour, width=4)),
+            "stale": LiveLine(pg.mkPen(colour, width=2, style=Qt.PenStyle.DotLine)),
+            "fresh": LiveLine(pg.mkPen(colour, width=2)),
+            "step": LiveLine(pg.mkPen(colour, width=4)),
         }
         self.heads = {
             key: pg.ArrowItem(
