@@ -274,6 +274,8 @@ def test_a_plane_widens_before_its_wider_grid_arrives_so_no_run_or_arrow_leaves_
 def test_the_backward_s_arrows_never_put_their_heads_on_the_step_s(open_window, qtbot) -> None:
     import math
 
+    from PySide6.QtCore import QPointF
+
     from gradviz.gui.views.surface import ARROW_LANE, HEAD_ROOM
 
     w = open_window("forgot-zero-grad")
@@ -297,6 +299,19 @@ def test_the_backward_s_arrows_never_put_their_heads_on_the_step_s(open_window, 
         head = items.heads[key]
         if head.isVisible():
             assert math.dist(start, end) >= HEAD_ROOM * head.opts["headLen"] - 1, key
+            # The head sits on the arrow's end and points the arrow's way.
+            path = head.path  # pyqtgraph keeps the head's outline here
+            corners = {(path.elementAt(i).x, path.elementAt(i).y) for i in range(path.elementCount())}
+            middle = QPointF(*np.mean(sorted(corners), axis=0))  # on the head's axis, behind its tip
+            view = w.surface.plot_widget
+            on_screen = head.deviceTransform(view.viewportTransform())  # as painted: turned, not flipped
+            tip, back = on_screen.map(QPointF(0, 0)), on_screen.map(middle)
+            at = view.mapFromScene(
+                w.surface.plot.getViewBox().mapViewToScene(QPointF(float(xs[1]), float(ys[1])))
+            )
+            assert math.dist((tip.x(), tip.y()), (at.x(), at.y())) < 1.0, key
+            pointing = math.atan2(tip.y() - back.y(), tip.x() - back.x())
+            assert pointing == pytest.approx(math.atan2(end[1] - start[1], end[0] - start[0]), abs=0.01), key
     # Plain SGD steps exactly to where the backward's arrows end: they are drawn a lane apart.
     assert math.dist(ends["fresh"], ends["step"]) == pytest.approx(ARROW_LANE, abs=1.0)
 

@@ -113,9 +113,11 @@ class _RunItems:
             "fresh": LiveLine(pg.mkPen(colour, width=2)),
             "step": LiveLine(pg.mkPen(colour, width=4)),
         }
+        # Each head is made pointing left and turned to its arrow by rotating the item: re-styling
+        # an arrow to a new angle makes its path anew.
         self.heads = {
             key: pg.ArrowItem(
-                headLen=14 if key == "step" else 10, tipAngle=30, brush=colour, pen=pg.mkPen(colour)
+                angle=0, headLen=14 if key == "step" else 10, tipAngle=30, brush=colour, pen=pg.mkPen(colour)
             )
             for key in self.lines
         }
@@ -886,7 +888,7 @@ class SurfaceView(QWidget):
             # A head longer than its arrow hides the line and tangles with the other heads.
             head.setVisible(False)
             return
-        head.setStyle(angle=180 + math.degrees(math.atan2(dy, dx)))
+        head.setRotation(180 + math.degrees(math.atan2(dy, dx)))
         head.setPos(QPointF(float(pts[1, 0]), float(pts[1, 1])))
         head.setVisible(True)
 
