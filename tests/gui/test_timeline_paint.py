@@ -114,6 +114,24 @@ def test_a_dashed_line_is_cut_into_its_pattern_and_broken_at_a_gap() -> None:
     assert np.all(lines[:, 2] - lines[:, 0] <= 8.0) and lines[:, 2].max() == 100.0
 
 
+def test_a_dash_dot_pattern_keeps_each_of_its_dashes_in_turn() -> None:
+    from gradviz.gui.views.dashes import dash_lines
+
+    x, y = np.array([0.0, 20.0, 50.0]), np.array([0.0, 0.0, 0.0])  # bends nowhere, two pieces
+    lines = dash_lines(x, y, [8.0, 4.0, 2.0, 4.0], offset=2.0)
+    spans = sorted((round(a, 9), round(b, 9)) for a, b in lines[:, [0, 2]].tolist())
+    # From 2 px into the pattern: the dash's last 6 px, a gap, the dot, a gap, the dash again...
+    assert spans == [
+        (0.0, 6.0),
+        (10.0, 12.0),
+        (16.0, 20.0),
+        (20.0, 24.0),
+        (28.0, 30.0),
+        (34.0, 42.0),
+        (46.0, 48.0),
+    ]
+
+
 def test_the_reference_run_is_drawn_dashed_and_holds_its_own_series(open_window, qtbot) -> None:
     from gradviz.gui.views.dashes import DashedCurve
     from gradviz.gui.views.timeline import log10_or_zero

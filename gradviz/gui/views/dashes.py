@@ -33,34 +33,37 @@ def dash_lines(x: np.ndarray, y: np.ndarray, pattern: list[float], offset: float
     the pattern runs on along the line's drawn length across such a break. A dash
     that bends at a point is one row per straight piece.
     """
-    x0, y0, x1, y1 = x[:-1], y[:-1], x[1:], y[1:]
+    dx, dy = np.diff(x), np.diff(y)
     with np.errstate(invalid="ignore"):
-        length = np.hypot(x1 - x0, y1 - y0)
-    drawn = np.isfinite(length) & (length > 0)
-    length = np.where(drawn, length, 0.0)
+        length = np.hypot(dx, dy)
+    idx = np.flatnonzero(np.isfinite(length) & (length > 0))
+    period = float(sum(pattern))
+    if period <= 0 or not len(idx):
+        return np.zeros((0, 4))
+    # Only the drawn pieces, each with where it starts and ends along the drawn length.
+    length, x0, y0, dx, dy = length[idx], x[idx], y[idx], dx[idx], dy[idx]
     s1 = np.cumsum(length) + offset
     s0 = s1 - length
-    period = float(sum(pattern))
-    if period <= 0 or not drawn.any():
-        return np.zeros((0, 4))
-    idx = np.flatnonzero(drawn)
-    starts = np.concatenate(([0.0], np.cumsum(pattern)[:-1]))
     out = []
-    for a, b in zip(starts[0::2], starts[0::2] + np.asarray(pattern[0::2]), strict=True):
+    a = 0.0
+    for i in range(0, len(pattern), 2):
+        b = a + pattern[i]
         # Dash k covers [k * period + a, k * period + b]: those that overlap each piece of line.
-        first = np.floor((s0[idx] - b) / period).astype(np.int64) + 1
-        last = np.ceil((s1[idx] - a) / period).astype(np.int64) - 1
-        count = np.maximum(last - first + 1, 0)
-        seg = np.repeat(idx, count)
-        k = np.repeat(first, count) + np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
-        lo = np.maximum(s0[seg], k * period + a)
-        hi = np.minimum(s1[seg], k * period + b)
-        t0 = ((lo - s0[seg]) / length[seg])[:, None]
-        t1 = ((hi - s0[seg]) / length[seg])[:, None]
-        start = np.stack((x0[seg], y0[seg]), axis=1)
-        step = np.stack((x1[seg] - x0[seg], y1[seg] - y0[seg]), axis=1)
-        out.append(np.concatenate((start + t0 * step, start + t1 * step), axis=1))
-    return np.concatenate(out)
+        first = np.floor((s0 - b) / period) + 1
+        count = np.maximum(np.ceil((s1 - a) / period) - first, 0).astype(np.intp)
+        if count.any():
+            seg = np.repeat(np.arange(len(length)), count)
+            k = np.arange(len(seg)) + np.repeat(first - (np.cumsum(count) - count), count)
+            start, size = s0[seg], length[seg]
+            t0 = (np.maximum(start, k * period + a) - start) / size
+            t1 = (np.minimum(s1[seg], k * period + b) - start) / size
+            rows = np.empty((len(seg), 4))
+            px, py, ux, uy = x0[seg], y0[seg], dx[seg], dy[seg]
+            rows[:, 0], rows[:, 1] = px + t0 * ux, py + t0 * uy
+            rows[:, 2], rows[:, 3] = px + t1 * ux, py + t1 * uy
+            out.append(rows)
+        a = b + (pattern[i + 1] if i + 1 < len(pattern) else 0.0)
+    return np.concatenate(out) if out else np.zeros((0, 4))
 
 
 class DashCut:
