@@ -4,6 +4,8 @@ once paused, and dashed runs still dashed."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from gui_helpers import Paints, press
@@ -99,6 +101,45 @@ def test_while_play_runs_a_climbing_row_moves_its_axis_seldom_and_fits_again_at_
         box.updateAutoRange()
         assert box.viewRange()[1] == pytest.approx(ours, rel=1e-9, abs=1e-12), key
         box.disableAutoRange()
+
+
+def test_the_time_axis_doubles_while_play_runs_grows_by_quarters_by_hand_and_holds_at_the_pause(
+    open_window, qtbot
+) -> None:
+    from dataclasses import replace
+
+    from gui_helpers import settle
+
+    from gradviz.engine import load_scenario
+    from gradviz.gui.views.timeline import X_GROWTH, X_GROWTH_PLAYING, time_span
+
+    assert time_span(0.0, 16.0, 10.0, X_GROWTH) == 16.0
+    assert time_span(0.0, 16.0, 17.0, X_GROWTH) == 20.0 and time_span(20.0, 16.0, 21.0, X_GROWTH) == 25.0
+    assert time_span(64.0, 16.0, 30.0, X_GROWTH) == 64.0, "a span that holds the ops is kept"
+    assert time_span(16.0, 16.0, 40.0, X_GROWTH_PLAYING) == 64.0
+
+    w = open_window(replace(load_scenario("forgot-zero-grad"), iterations=100_000))
+    tl, c = w.timeline, w.controller
+    spans: list[float] = []
+    w.frame_drawn.connect(lambda: spans.append(tl.plots["loss"].viewRange()[0][1]))
+    c.set_speed(0)
+    c.play()
+    qtbot.waitUntil(lambda: c.history.last_tick > 600, timeout=60000)
+    c.pause()
+    qtbot.waitUntil(lambda: not c.busy, timeout=30000)
+    settle(qtbot, w)
+    playing = sorted(set(spans))
+    assert len(playing) >= 3 and all(b / a > 1.9 for a, b in itertools.pairwise(playing)), playing
+    held = tl.plots["loss"].viewRange()[0][1]
+    assert held == spans[-1] and held >= c.history.last_tick, "the pause keeps the span Play grew"
+    shown = tl._span
+    press(qtbot, w, Qt.Key.Key_Right, int(shown - c.history.last_tick))  # stepped by hand past its end
+    settle(qtbot, w)
+    assert tl._span == pytest.approx(shown * X_GROWTH), "by hand it grows by a quarter"
+    c.reset()
+    qtbot.waitUntil(lambda: not c.busy and c.history.last_tick < 0, timeout=30000)
+    settle(qtbot, w)
+    assert tl._span == 16.0, "a reset starts the axis again"
 
 
 def test_a_dashed_line_is_cut_into_its_pattern_and_broken_at_a_gap() -> None:

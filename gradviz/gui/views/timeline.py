@@ -79,6 +79,9 @@ FLOOR_SPAN = 0.1
 # its points outgrow it, so a series that climbs steadily (a ‖grad‖ never zeroed) moves its axis a
 # few times instead of every frame; at a pause the row fits its points again.
 GROWTH = 0.25
+# How the time axis grows when the newest op passes its end: stepped by hand, and while Play runs.
+X_GROWTH = 1.25
+X_GROWTH_PLAYING = 2.0
 # The op tape shows its letters once a tick's cell is at least this many times a letter's height wide.
 LETTER_ROOM = 0.9
 
@@ -883,6 +886,20 @@ def grown_span(shown: tuple[float, float], wanted: tuple[float, float]) -> tuple
     return (lo - room if lo < shown[0] else shown[0], hi + room if hi > shown[1] else shown[1])
 
 
+def time_span(shown: float, least: float, needed: float, step: float) -> float:
+    """The time axis's span: ``shown`` while it holds ``needed`` ticks, else grown from it (from
+    ``least`` where it is smaller) by factors of ``step`` until it does.
+
+    Grown in steps, the axes are not laid out again on every op; while Play runs, when ops
+    come by the hundred a second, by doubling (:data:`X_GROWTH_PLAYING`), so that the whole
+    timeline is painted again seldom. It never shrinks but when the history goes back.
+    """
+    span = max(shown, least)
+    while span < needed:
+        span *= step
+    return span
+
+
 def _end_of(x: np.ndarray, y: np.ndarray, name: str) -> tuple[float, float, str] | None:
     """Where a series ends (its last finite point) and the name to put there."""
     finite = np.flatnonzero(np.isfinite(y))
@@ -903,6 +920,7 @@ class TimelineView(QWidget):
         self.info: LabInfo | None = None
         self._drawn: tuple[int, int] | None = None
         self._span = 0.0
+        self._span_tick = -1  # the history's newest op when the span was last chosen
         # Axis ranges kept for good (an export's, over its whole range) instead of growing.
         self.fixed_ranges: dict[str, tuple[float, float]] | None = None
         self.title = QLabel("Timeline")
@@ -1125,6 +1143,7 @@ class TimelineView(QWidget):
         self.info = info
         self._drawn = None
         self._span = 0.0
+        self._span_tick = -1
         self.fixed_ranges = None
         measured = wanted(info.scenario)
         counted = any(can_count_saved(r.spec.loop.order) for r in info.runs)
@@ -1307,10 +1326,12 @@ class TimelineView(QWidget):
             self._drawn = drawn
             self._draw_curves(moment)
         if self.fixed_ranges is None:
-            # The x range grows in steps of a quarter, so the axes are not re-laid out on every op.
-            span = float(info.ticks_per_iteration * min(4, max(info.scenario.iterations, 1)))
-            while span < history.last_tick + 2:
-                span *= 1.25
+            least = float(info.ticks_per_iteration * min(4, max(info.scenario.iterations, 1)))
+            # A history that went back (Reset) starts again from the least span.
+            shown = self._span if history.last_tick >= self._span_tick else 0.0
+            self._span_tick = history.last_tick
+            step = X_GROWTH_PLAYING if self.growing else X_GROWTH
+            span = time_span(shown, least, history.last_tick + 2, step)
             if span != self._span:
                 self._span = span
                 self.plots["loss"].setXRange(-0.5, span, padding=0.01)
