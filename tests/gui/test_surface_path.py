@@ -151,16 +151,23 @@ def _long_history(ops: int):
     return info, history
 
 
-def test_the_surface_view_draws_no_more_points_after_50_000_ops_than_after_2_000(qtbot) -> None:
+def _surface_of(qtbot, ops: int):
+    """A surface view shown for a lab of ``ops`` ops, with that lab's description and history."""
     from gradviz.gui.views.surface import SurfaceView
-    from gradviz.gui.window_history import Moment
 
-    info, history = _long_history(50_000)
+    info, history = _long_history(ops)
     view = SurfaceView()
     qtbot.addWidget(view)
     view.resize(700, 500)
     view.show()
     view.set_lab(info)
+    return view, info, history
+
+
+def test_the_surface_view_draws_no_more_points_after_50_000_ops_than_after_2_000(qtbot) -> None:
+    from gradviz.gui.window_history import Moment
+
+    view, info, history = _surface_of(qtbot, 50_000)
     drawn = []
     for tick in (1_999, 49_999, 1_999):
         view.draw(Moment(info, history, tick))
@@ -178,15 +185,9 @@ def test_the_surface_view_draws_no_more_points_after_50_000_ops_than_after_2_000
 
 
 def test_a_long_path_drawn_op_by_op_hands_its_settled_points_over_seldom(qtbot, monkeypatch) -> None:
-    from gradviz.gui.views.surface import SurfaceView
     from gradviz.gui.window_history import Moment
 
-    info, history = _long_history(14_000)
-    view = SurfaceView()
-    qtbot.addWidget(view)
-    view.resize(700, 500)
-    view.show()
-    view.set_lab(info)
+    view, info, history = _surface_of(qtbot, 14_000)
     view.draw(Moment(info, history, 9_999))  # a step in four ops: past WHOLE points, so thinned
     settles = [0] * len(view.items)
     for i, items in enumerate(view.items):
