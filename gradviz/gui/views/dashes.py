@@ -157,8 +157,9 @@ class DashedCurve(pg.PlotCurveItem):
 class LiveLine(pg.GraphicsObject):
     """A few points drawn anew every frame, as a curve item with ``pen`` draws them (see the module).
 
-    A point that is not finite breaks the line. A dashed pen's pattern runs on from
-    :attr:`lead`'s drawn length, where it has a lead.
+    A point that is not finite breaks the line. A solid pen draws the segments between
+    neighbouring points, as a curve item draws an opaque pen wider than a pixel; a dashed
+    one its dashes, the pattern running on from :attr:`lead`'s drawn length where it has a lead.
     """
 
     def __init__(self, pen: QPen) -> None:
@@ -179,7 +180,7 @@ class LiveLine(pg.GraphicsObject):
         fx, fy = self._x[finite], self._y[finite]
         self._bounds = (fx.min(), fx.max(), fy.min(), fy.max()) if len(fx) else None
         self._rect = None
-        if self._cut is None:  # a solid pen draws the segments between neighbouring finite points
+        if self._cut is None:
             both = finite[:-1] & finite[1:]
             x0, y0, x1, y1 = self._x[:-1][both], self._y[:-1][both], self._x[1:][both], self._y[1:][both]
             self._segments.resize(len(x0))

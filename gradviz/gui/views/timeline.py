@@ -440,7 +440,6 @@ class EndLabels:
         # Each run's end: x, y, the name's HTML; None where its series has no point yet.
         self.ends: list[tuple[float, float, str] | None] = []
         self.colours: list[QColor] = []
-        # Each run's marker pen and brush, made once per lab rather than once a frame.
         # What the markers and names were last placed for: a frame that changes none of it costs nothing.
         self._placed: tuple[Any, ...] | None = None
         self._placed_over: list[tuple[np.ndarray, np.ndarray]] = []  # the curves' points, by identity
