@@ -9,6 +9,7 @@ ops arrived since the last one.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from functools import partial
@@ -621,7 +622,7 @@ class MainWindow(QMainWindow):
         self._dirty = True
         if not self._redraw_timer.isActive():
             due = self._drawn_at + self.frame_interval - time.perf_counter()
-            self._redraw_timer.start(max(0, round(due * 1000)))
+            self._redraw_timer.start(max(0, math.ceil(due * 1000)))  # never sooner than a frame
 
     def _graph_stepped(self, sentence: str) -> None:
         """The animated backward reached a node: say what happens there; at its end, the op's sentence."""

@@ -3,6 +3,7 @@ and a timeline whose drawing costs no more for a long history than for a short o
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import numpy as np
@@ -138,9 +139,13 @@ def _play_for(qtbot, window, seconds: float, speed: int | None) -> list[tuple[in
 def test_redraws_never_outpace_the_screen_whatever_the_speed(open_window, qtbot, speed: int | None) -> None:
     w = open_window(_long())
     seconds = 1.5
+    starts: list[float] = []
+    w.frame_drawn.connect(lambda: starts.append(w._drawn_at))
     frames = _play_for(qtbot, w, seconds, speed)
     assert frames, "Play drew frames"
     assert len(frames) <= seconds / w.frame_interval + 2
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert min(gaps) >= w.frame_interval, "no redraw begins sooner than a frame after the one before"
 
 
 def test_full_speed_frames_show_the_newest_op_and_skip_the_ones_between(open_window, qtbot) -> None:
