@@ -499,10 +499,11 @@ class EndLabels:
             return
         self.ends = ends
         for marker, end in zip(self.markers, ends, strict=True):
-            shown = end is not None and bool(np.isfinite(end[0]) and np.isfinite(end[1]))
-            if shown:
-                marker.setPos(end[0], end[1])  # type: ignore[index]
-            marker.setVisible(shown)
+            if end is not None and np.isfinite(end[:2]).all():
+                marker.setPos(end[0], end[1])
+                marker.setVisible(True)
+            else:
+                marker.setVisible(False)
         self.place()
 
     def marker_points(self) -> list[tuple[float, float]]:
