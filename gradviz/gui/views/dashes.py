@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from numpy.typing import ArrayLike
+from pyqtgraph.graphicsItems.PlotCurveItem import arrayToLineSegments
 from PySide6.QtCore import QLineF, QRectF, Qt
 from PySide6.QtGui import QPainter, QPen, QTransform
 
@@ -180,12 +181,8 @@ class LiveLine(pg.GraphicsObject):
         fx, fy = self._x[finite], self._y[finite]
         self._bounds = (fx.min(), fx.max(), fy.min(), fy.max()) if len(fx) else None
         self._rect = None
-        if self._cut is None:
-            both = finite[:-1] & finite[1:]
-            x0, y0, x1, y1 = self._x[:-1][both], self._y[:-1][both], self._x[1:][both], self._y[1:][both]
-            self._segments.resize(len(x0))
-            if len(x0):
-                self._segments.ndarray()[:] = np.stack((x0, y0, x1, y1), axis=1)
+        if self._cut is None:  # the segments a curve item draws for such a pen
+            arrayToLineSegments(self._x, self._y, "finite", True, self._segments)
         self.update()
 
     def getData(self) -> tuple[np.ndarray, np.ndarray]:
