@@ -40,6 +40,7 @@ from gradviz.gui.theme import BASE_POINT_SIZE, LIGHT, Theme, run_color, run_dash
 from gradviz.gui.views.axes import BottomAxis
 from gradviz.gui.views.dashes import LiveLine
 from gradviz.gui.views.growing import GrowingLine
+from gradviz.gui.views.scatter import Scatter
 from gradviz.gui.window_history import LabInfo, Moment, PlaneRequest, PlaneSurface
 from gradviz.gui.worker import plane_kinds
 
@@ -89,14 +90,14 @@ class _RunItems:
         # The path grows at its end: its settled part is painted from a pixmap (see growing.py).
         self.path = GrowingLine(pg.mkPen(colour, width=2, style=run_dash(index)), connect="finite")
         # A marker on every point while they can be told apart (MARKED_POINTS); a long path is a line.
-        self.dots = pg.ScatterPlotItem(size=5, symbol=self.symbol, brush=colour, pen=None)
+        self.dots = Scatter(size=5, symbol=self.symbol, brush=colour, pen=None)
         # Single markers are moved with setPos: re-setting a scatter's data costs milliseconds a frame.
         self.size = float(POINT_SIZE)
-        self.point = pg.ScatterPlotItem(
+        self.point = Scatter(
             [0.0], [0.0], size=POINT_SIZE, symbol=self.symbol, brush=colour, pen=pg.mkPen("w", width=2)
         )
         self.point.setZValue(20)
-        self.diverged = pg.ScatterPlotItem(
+        self.diverged = Scatter(
             [0.0], [0.0], size=22, symbol="x", brush=colour, pen=pg.mkPen(colour, width=2)
         )
         self.diverged.setZValue(21)
@@ -234,7 +235,7 @@ class SurfaceView(QWidget):
             curve.setParentItem(self.image)
             curve.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             self.contours.append(curve)
-        self.minimum = pg.ScatterPlotItem(size=12, symbol="+", pen=pg.mkPen("k", width=2))
+        self.minimum = Scatter(size=12, symbol="+", pen=pg.mkPen("k", width=2))
         # Under the paths, it would be painted again every frame of Play: copied from a pixmap instead.
         self.minimum.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self.plot.addItem(self.minimum)

@@ -30,6 +30,7 @@ from gradviz.gui.theme import LIGHT, OP_COLORS, OP_LETTERS, Theme, run_color, ru
 from gradviz.gui.views.axes import BottomAxis
 from gradviz.gui.views.grads import iteration_peak
 from gradviz.gui.views.growing import GrowingLine
+from gradviz.gui.views.scatter import Scatter
 from gradviz.gui.window_history import LabInfo, Moment
 
 OPS = ("zero_grad", "forward", "backward", "step")
@@ -433,7 +434,7 @@ class EndLabels:
         self.drawn: list[tuple[np.ndarray, np.ndarray]] = []
         # Each run's marker: one point moved with setPos and copied from a pixmap, since handing a
         # scatter new points every frame has it paint them again.
-        self.markers: list[pg.ScatterPlotItem] = []
+        self.markers: list[Scatter] = []
         self.marker_size = 8.0
         self.items: list[pg.TextItem] = []
         self._html: list[str] = []  # what each item shows, so that unchanged text is not set again
@@ -459,7 +460,7 @@ class EndLabels:
             self.plot.removeItem(marker)
         self.markers = []
         for i, colour in enumerate(colours):
-            marker = pg.ScatterPlotItem(
+            marker = Scatter(
                 [0.0], [0.0], size=self.marker_size, symbol=run_symbol(i), pen=colour, brush=colour
             )
             marker.setZValue(40)  # over the cursor and the names: the newest values always show
@@ -992,7 +993,7 @@ class TimelineView(QWidget):
         self.tape_image = pg.ImageItem()
         self.plots["tape"].addItem(self.tape_image)
         # Each op's letter on its cell of the tape, where cells are wide enough to hold one.
-        self.tape_letters = pg.ScatterPlotItem(pxMode=True, pen=None, brush=pg.mkBrush("#000000"))
+        self.tape_letters = Scatter(pxMode=True, pen=None, brush=pg.mkBrush("#000000"))
         self.tape_letters.setZValue(10)
         self.plots["tape"].addItem(self.tape_letters, ignoreBounds=True)
         self._letters_key: tuple[Any, ...] | None = None
@@ -1023,7 +1024,7 @@ class TimelineView(QWidget):
         self._tape_done = 0  # ticks already averaged into whole columns
         self._tape_means = np.zeros((0, 1, 4))
         self._tape_rect = (0, 0)  # the ticks and runs the tape's image spans
-        self.ends: list[pg.ScatterPlotItem] = []
+        self.ends: list[Scatter] = []
         # What each curve and end cross was last handed: a row whose data did not change is not
         # handed it again (each hand-over makes pyqtgraph repaint the item).
         self._handed: dict[int, tuple[Any, ...]] = {}
@@ -1186,7 +1187,7 @@ class TimelineView(QWidget):
                 self.plots[key].addItem(curve)
                 self.curves[key].append(curve)
                 self.lines[key].append(PeakLine(values[key]))
-            end = pg.ScatterPlotItem(size=14, symbol="x", pen=pg.mkPen(colour, width=2), brush=colour)
+            end = Scatter(size=14, symbol="x", pen=pg.mkPen(colour, width=2), brush=colour)
             self.plots["loss"].addItem(end)
             self.ends.append(end)
         for labels in self.end_labels.values():
@@ -1416,9 +1417,7 @@ class TimelineView(QWidget):
             self._fitted[key] = span
             self.plots[key].setYRange(*span)
 
-    def _hand(
-        self, item: GrowingLine | pg.PlotDataItem | pg.ScatterPlotItem, x: np.ndarray, y: np.ndarray
-    ) -> None:
+    def _hand(self, item: GrowingLine | pg.PlotDataItem | Scatter, x: np.ndarray, y: np.ndarray) -> None:
         """Give ``item`` the points ``x``, ``y`` unless they are the ones it already draws."""
         was = self._handed.get(id(item))
         if was is not None and np.array_equal(was[0], x) and np.array_equal(was[1], y, equal_nan=True):
