@@ -161,7 +161,7 @@ QLabel#narration {{
     background: {theme.base}; color: {theme.text}; border: 1px solid {theme.grid};
 }}
 QLabel#panelTitle {{ font-weight: bold; color: {theme.muted}; }}
-QLabel#status {{ color: {theme.muted}; }}
+QLabel#status, QLabel#position {{ color: {theme.muted}; }}
 QLabel#placeholder {{ color: {theme.muted}; font-style: italic; padding: 20px; }}
 QPlainTextEdit#code {{ background: {theme.base}; color: {theme.text}; border: 1px solid {theme.grid}; }}
 QTableWidget {{ gridline-color: {theme.grid}; background: {theme.base}; }}

@@ -74,6 +74,7 @@ from gradviz.gui.window_history import LabInfo, code_lab
 DEFAULT_SCENARIO = "forgot-zero-grad"
 SCREEN_HZ = 60.0  # where a screen does not say its refresh rate
 SPEED_LABELS = {0: "max"}
+SEPARATOR = "  ·  "  # between the status bar's parts
 
 
 class MainWindow(QMainWindow):
@@ -170,10 +171,16 @@ class MainWindow(QMainWindow):
         beside.addWidget(self.lesson_panel, 2)
         box.addLayout(beside, 1)
         self.setCentralWidget(central)
+        # Where the cursor is, new every frame of Play, in plain text (laid out in a fraction of the
+        # time a rich text takes); the runs' coloured names and states at the right change seldom.
+        self.position = QLabel("")
+        self.position.setObjectName("position")
+        self.position.setTextFormat(Qt.TextFormat.PlainText)
+        self.position_box = SteadyLabel(self.position)
+        self.statusBar().addWidget(self.position_box, 1)
         self.status = QLabel("")
         self.status.setObjectName("status")
-        self.status_box = SteadyLabel(self.status)
-        self.statusBar().addWidget(self.status_box, 1)
+        self.statusBar().addPermanentWidget(self.status)
 
         self._make_actions()
         self._make_toolbar()
@@ -689,7 +696,8 @@ class MainWindow(QMainWindow):
         c = self.controller
         info, moment = c.info, c.moment()
         if info is None or moment is None:
-            self.status_box.set_text("Loading…")
+            self.position_box.set_text("Loading…")
+            self.status.setText("")
             return
         parts = [position_text(moment.tick, info.ticks_per_iteration, info.scenario.iterations)]
         if c.replay is not None:
@@ -700,6 +708,7 @@ class MainWindow(QMainWindow):
             parts.append(
                 f"the {'recording' if c.replay is not None else 'scenario'}'s last op: R starts again"
             )
+        self.position_box.set_text(SEPARATOR.join(parts))
         runs = []
         for i, run in enumerate(info.runs):
             status = moment.status(run.name)
@@ -709,14 +718,14 @@ class MainWindow(QMainWindow):
                 "error": "stopped by an error",
             }[status]
             runs.append(f"<span style='color:{run_color(i)}'>{run_glyph(i)} {run.name}</span>: {word}")
-        parts.append(", ".join(runs))
-        parts.append(f"device {info.device}")
+        parts = [", ".join(runs), f"device {info.device}"]
         if c.playing:
             parts.append("playing")
         elif c.busy:
             parts.append("working…")
-        text = "  ·  ".join(parts)
-        self.status_box.set_text(text)
+        text = SEPARATOR.join(parts)
+        if text != self.status.text():
+            self.status.setText(text)
 
     def paintEvent(self, event: QPaintEvent) -> None:
         super().paintEvent(event)

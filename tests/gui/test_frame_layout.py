@@ -53,15 +53,16 @@ def test_play_frames_lay_out_nothing_and_leave_the_chrome_unpainted(open_window,
     resizes = Resizes(w)
     chrome = {"toolbar": w.toolbar, "menu bar": w.menuBar(), "scenario bar": w.scenario_bar}
     paints = {name: Paints(widget) for name, widget in chrome.items()}
-    status_paints = Paints(w.status)
-    counters = (*layouts.values(), *paints.values(), resizes, status_paints)
+    status_paints = Paints(w.position)
+    runs_paints = Paints(w.status)
+    counters = (*layouts.values(), *paints.values(), resizes, status_paints, runs_paints)
     texts: list[tuple[str, str]] = []
     counts: list[int] = []
 
     def drawn() -> None:
         # Frames 3 to 32 of Play counted whole, each from its drawing to the next one's: Play's own
         # first layout is done by then.
-        texts.append((w.status.text(), w.narration.text()))
+        texts.append((w.position.text(), w.narration.text()))
         if len(texts) in (3, 33):
             counts[:] = [counter.count for counter in counters]
             for counter in counters:
@@ -76,7 +77,7 @@ def test_play_frames_lay_out_nothing_and_leave_the_chrome_unpainted(open_window,
     QApplication.instance().removeEventFilter(resizes)
     seen = dict(zip(layouts, counts, strict=False))
     painted = dict(zip(chrome, counts[len(layouts) :], strict=False))
-    resized, status_painted = counts[-2:]
+    resized, status_painted, runs_painted = counts[-3:]
     c.pause()
     shown = texts[3:33]
     assert len({status for status, _ in shown}) >= 20, "the status bar showed each frame's position"
@@ -86,5 +87,7 @@ def test_play_frames_lay_out_nothing_and_leave_the_chrome_unpainted(open_window,
     assert seen["status bar"] == 0, f"laid out again during 30 frames: {seen}"
     assert max(seen.values()) <= resized, f"laid out again during 30 frames: {seen}, resizing {resized}"
     assert painted == dict.fromkeys(chrome, 0), f"repainted during 30 frames: {painted}"
-    # Its rich text laid out as it is set: a text first laid out by its paint asks for a second paint.
-    assert status_painted <= 30, f"the status bar's text painted {status_painted} times in 30 frames"
+    # Its text laid out as it is set: a text first laid out by its paint asks for a second paint.
+    assert status_painted <= 30, f"the status bar's position painted {status_painted} times in 30 frames"
+    # The runs' coloured names and states, a rich text, stay as they were while the position moves on.
+    assert runs_painted == 0, f"the runs' states painted {runs_painted} times in 30 frames"

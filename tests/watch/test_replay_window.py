@@ -66,7 +66,7 @@ def test_a_recording_opens_in_the_window_with_its_code_and_findings(window, qtbo
     window.redraw()
     assert window.code.ran == (backward, backward)
     assert "holds the sum of 2 backward calls" in window.narration.text()
-    assert "op 3 of 10" in window.status.text()
+    assert "op 3 of 10" in window.position.text()
 
 
 def test_stepping_a_recording_moves_the_cursor_and_reset_keeps_the_history(window, qtbot, forgot):
