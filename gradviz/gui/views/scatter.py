@@ -4,7 +4,7 @@ Qt asks each item of a scene for its bounding rectangle several times in every p
 and pyqtgraph's ``ScatterPlotItem`` works it out anew each time: its data bounds (kept)
 padded by its markers' width in pixels, which takes the item's device transform (not
 kept). During Play the timeline and the surface hold a score of such markers and paint
-every frame, which made this a millisecond of each frame.
+every frame, so each frame paid for this a score of times over.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ class Scatter(pg.ScatterPlotItem):
     would: the pixel padding of a translated item is the same.
     """
 
-    _rect: QRectF | None = None
+    _rect = QRectF()
     _rect_for: list[object] | None = None  # the ``bounds`` list the rectangle was worked out with
 
     def boundingRect(self) -> QRectF:
-        if self._rect is None or self._rect_for is not self.bounds:
+        if self._rect_for is not self.bounds:
             self._rect_for = self.bounds
             self._rect = super().boundingRect()
         return QRectF(self._rect)  # a copy: Qt's callers may adjust what they are given
