@@ -147,6 +147,19 @@ class Scheduled(Generic[V]):
     def __iter__(self) -> Iterator[V]:
         return iter(self[:])
 
+    def indices(self, value: V, start: int, stop: int) -> np.ndarray:
+        """The ops from ``start`` up to ``stop`` whose value is ``value``, in order (worked out from
+        the pattern, then the ops stored apart)."""
+        at = np.arange(max(start, 0), min(stop, self._n), dtype=np.int64)
+        foretold = [p for p, v in enumerate(self.pattern) if v == value]
+        at = at[np.isin(at % max(len(self.pattern), 1), foretold)]
+        other = [i for i, v in self._other.items() if start <= i < stop]
+        if not other:
+            return at
+        apart = np.array(other, dtype=np.int64)
+        equal = np.array([self._other[i] == value for i in other], dtype=bool)
+        return np.union1d(np.setdiff1d(at, apart), apart[equal])
+
     def append(self, value: V) -> None:
         if not self.pattern or value != self.pattern[self._n % len(self.pattern)]:
             self._other[self._n] = value

@@ -78,6 +78,14 @@ class SurfaceModel:
         xy = params["xy"].reshape(-1)
         return float(xy[0]), float(xy[1])
 
+    def points(self, flats: np.ndarray) -> np.ndarray:
+        """The positions of parameter vectors ``(M, 2)`` (each flat, in the layout's order), ``(M, 2)``.
+
+        The two axes are the model's whole parameter vector (weight then bias, or ``xy``), so a
+        vector is its own position.
+        """
+        return np.asarray(flats, dtype=np.float64).reshape(-1, 2)
+
     def vector(self, values: dict[str, np.ndarray | None]) -> tuple[float, float] | None:
         """A per-parameter quantity (a gradient, a step) as an (x, y) vector; None if absent."""
         if self.kind == "linear":

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -323,20 +323,16 @@ class SurfaceState:
         if len(run.op_points) > len(rt):  # the history was reset
             run.clear()
         if not len(run):
-            start = self.info.initial[name]
-            run.extend(*self.points([start.param_flat], [start.params]))
-        flats, dicts, op_points = [], [], []
-        known = len(run.op_points)
-        # Only a step moves the run: the other ops' records are not read.
-        for i, op in enumerate(rt.ops[known : len(rt)], known):
-            rec = moment.history.record(name, i) if op == "step" else None
-            if rec is not None:
-                flats.append(rec.snapshot.param_flat)
-                dicts.append(rec.params)
-            op_points.append(len(run) + len(flats) - 1)
-        run.op_points.extend(op_points)
-        if flats:
-            run.extend(*self.points(flats, dicts))
+            run.extend(*self.points([self.info.initial[name].param_flat]))
+        known, n = len(run.op_points), len(rt)
+        if n > known:
+            # Only a step moves the run: the other ops' records are not read.
+            records = [(i, moment.history.record(name, i)) for i in rt.ops.indices("step", known, n)]
+            moved = np.array([i for i, rec in records if rec is not None], dtype=np.int64)
+            # Each op leaves the run at the point of the last step at or before it.
+            run.op_points.extend(len(run) - 1 + np.searchsorted(moved, np.arange(known, n), side="right"))
+            if len(moved):
+                run.extend(*self.points([rec.snapshot.param_flat for _, rec in records if rec is not None]))
         return run.points(run.op_points[upto] + 1 if upto >= 0 else 1)
 
     def drawn(self, index: int, length: int) -> np.ndarray:
@@ -360,10 +356,11 @@ class SurfaceState:
         """How far the last point of run ``index``'s first ``length`` points lies off the plane."""
         return self._runs[index].residual(length)
 
-    def points(self, flats: list[np.ndarray], dicts: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-        """Positions of parameter states ``(M, 2)`` and their distances off the plane (0 on true surfaces)."""
+    def points(self, flats: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Positions of parameter states (each flat, in the layout's order) ``(M, 2)`` and their
+        distances off the plane (0 on true surfaces)."""
         if self.model is not None:
-            return np.array([self.model.point(d) for d in dicts], dtype=np.float64), np.zeros(len(dicts))
+            return self.model.points(np.stack(flats)), np.zeros(len(flats))
         assert self.plane is not None
         from gradviz.engine.landscape import project
 
@@ -403,7 +400,7 @@ class SurfaceState:
         from gradviz.engine.landscape import flatten
 
         assert self.plane is not None
-        point = self.points([flatten(self.plane.plane.layout, params)], [params])[0][0]
+        point = self.points([flatten(self.plane.plane.layout, params)])[0][0]
         return float(point[0]), float(point[1])
 
     def loss_at(self, pts: np.ndarray) -> np.ndarray:

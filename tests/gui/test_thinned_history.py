@@ -175,3 +175,16 @@ def test_foretold_columns_keep_only_what_differs_and_increasing_ones_a_byte_a_st
     column.truncate(1500)
     column.append(values[1499] + 1)
     assert list(column) == [*values[:1500], values[1499] + 1]
+
+
+def test_a_foretold_column_finds_the_ops_with_a_value_as_reading_each_op_would() -> None:
+    """The surface finds a frame's steps without reading every op; ops unlike the pattern count too."""
+    rng = np.random.default_rng(3)
+    for pattern in (["zero_grad", "forward", "backward", "step"], ["step"], [], ["forward", "step", "step"]):
+        ops: Scheduled[str] = Scheduled(pattern)
+        for i in range(200):
+            foretold = pattern[i % len(pattern)] if pattern else "forward"
+            ops.append(foretold if rng.random() < 0.8 else str(rng.choice(["step", "forward"])))
+        for start, stop in ((0, 200), (37, 38), (3, 170), (150, 400), (-5, 9), (90, 90)):
+            read = [i for i in range(max(start, 0), min(stop, len(ops))) if ops[i] == "step"]
+            assert ops.indices("step", start, stop).tolist() == read, (pattern, start, stop)
