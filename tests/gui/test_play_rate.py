@@ -112,6 +112,22 @@ def test_the_timeline_draws_every_op_of_a_short_play(open_window, qtbot) -> None
         assert np.array_equal(y, log10_positive(rt.loss), equal_nan=True)
 
 
+def test_the_timeline_hands_its_curves_no_more_points_after_50000_ops_than_after_2000(
+    open_window, qtbot
+) -> None:
+    """What a frame of the timeline strokes is counted, not timed: a long history costs no more."""
+    w = open_window(_long())
+    c = w.controller
+    drawn = {}
+    for ops in (2_000, 50_000):
+        c.open(_long(), replay_iterations=ops // 4)
+        qtbot.waitUntil(lambda ops=ops: not c.busy and c.history.last_tick >= ops - 1, timeout=120000)
+        w.redraw()
+        drawn[ops] = w.timeline.drawn_points()
+    assert drawn[2_000] > CURVE_BUCKETS
+    assert drawn[50_000] <= 1.1 * drawn[2_000], drawn
+
+
 def _play_for(qtbot, window, seconds: float, speed: int | None) -> list[tuple[int, int]]:
     """Play for ``seconds`` at ``speed`` (None: paused); each frame's (cursor, newest tick)."""
     c = window.controller
