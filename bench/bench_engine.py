@@ -28,7 +28,8 @@ import time
 import tracemalloc
 from collections.abc import Callable
 
-from gradviz.engine.lab import Lab, set_aside_imports, set_threads
+from gradviz.engine.collector import set_aside_imports
+from gradviz.engine.lab import Lab, set_threads
 from gradviz.engine.record import THINNED_EVERY
 from gradviz.engine.run import Run
 from gradviz.engine.scenario import loads_scenario

@@ -390,7 +390,8 @@ def _note_absent_device(scenario: Any) -> None:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from gradviz.engine.lab import Lab, set_aside_imports, set_threads
+    from gradviz.engine.collector import set_aside_imports
+    from gradviz.engine.lab import Lab, set_threads
     from gradviz.engine.scenario import load_scenario
 
     scenario = load_scenario(args.scenario).with_overrides(

@@ -8,8 +8,6 @@ reference zeroes), so the same tick shows the same moment of every run.
 from __future__ import annotations
 
 import difflib
-import functools
-import gc
 import math
 from collections.abc import Iterator, Sequence
 
@@ -384,16 +382,3 @@ def parameter_count(lab: Lab) -> int:
 def set_threads(n: int = 1) -> None:
     """Set intra-op threads: training steps of small models run fastest on one (more only contend)."""
     torch.set_num_threads(n)
-
-
-@functools.cache  # once a process: what is alive at the first call is what the imports left
-def set_aside_imports() -> None:
-    """Take every object alive now out of the cyclic garbage collector's view (``gc.freeze``).
-
-    torch, Qt and pyqtgraph leave a few hundred thousand objects that live as long as the
-    process, and every full collection walked them all: a quarter of a second in the window,
-    a stall in the middle of Play, and a twentieth of recording's time in a long headless run.
-    Called once the modules are imported, collections walk only what was made since. An object
-    set aside is still freed when nothing refers to it, only not as part of a reference cycle.
-    """
-    gc.freeze()

@@ -6,6 +6,8 @@ op is asked for only when the previous one is back. At full speed the worker
 performs as many ops as fit in what is left of a frame, and is asked again only
 once the window has shown that frame: drawing and stepping take turns instead of
 competing for the interpreter, and the ops between two frames are never drawn one by one.
+While Play runs the garbage collector's full collections wait for the pause (see
+:mod:`gradviz.engine.collector`).
 
 Surfaces over planes go the other way: a new request supersedes the one in
 flight (its generation number rises, the old evaluation stops at its next
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
+from gradviz.engine.collector import hold_full_collections
 from gradviz.gui.window_history import LabInfo, Moment, PlaneRequest, StepResult, WindowHistory
 from gradviz.gui.worker import LabWorker, SurfaceWorker
 
@@ -416,6 +419,7 @@ class Controller(QObject):
         if self.finished or (self.at_end and self.history.stopped):
             return
         self.playing = True
+        hold_full_collections(True)
         self.playing_changed.emit(True)
         self._last_play_step = 0.0
         self._batch = BATCH_LEAST
@@ -453,6 +457,7 @@ class Controller(QObject):
         if not self.playing:
             return
         self.playing = False
+        hold_full_collections(False)
         self._play_timer.stop()
         self._awaiting_frame = False
         self._frame_wait.stop()

@@ -294,11 +294,12 @@ class LabWorker(QObject):
 
         The first optimizer a process builds imports ``torch._dynamo`` (over a second);
         done here first, a lab asked for later is built that much sooner. What the imports
-        left is then set aside from the garbage collector (:func:`~gradviz.engine.lab.set_aside_imports`).
+        left is then set aside from the garbage collector
+        (:func:`~gradviz.engine.collector.set_aside_imports`).
         """
         import torch._dynamo  # noqa: F401
 
-        from gradviz.engine.lab import set_aside_imports
+        from gradviz.engine.collector import set_aside_imports
 
         set_aside_imports()
 

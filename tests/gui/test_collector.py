@@ -9,7 +9,7 @@ import sys
 
 IMPORTS_LEFT_IN_VIEW = """
 import gc, torch
-from gradviz.engine.lab import set_aside_imports
+from gradviz.engine.collector import set_aside_imports
 before = len(gc.get_objects())
 set_aside_imports()
 print(before, len(gc.get_objects()), any(o is vars(torch.nn) for o in gc.get_objects()))
@@ -51,3 +51,53 @@ def test_the_window_sets_the_imports_aside_once_it_shows() -> None:
     frozen, torch_in_view = out
     assert int(frozen) > 100_000
     assert torch_in_view == "False"
+
+
+def test_holds_on_full_collections_nest_and_give_back_the_threshold_they_found() -> None:
+    import gc
+
+    from gradviz.engine.collector import HELD, hold_full_collections
+
+    found = gc.get_threshold()
+    hold_full_collections(True)
+    hold_full_collections(True)
+    assert gc.get_threshold() == (*found[:2], HELD)
+    hold_full_collections(False)
+    assert gc.get_threshold()[2] == HELD, "one hold is still on"
+    hold_full_collections(False)
+    hold_full_collections(False)  # one too many lets go of nothing
+    assert gc.get_threshold() == found
+
+
+def test_play_holds_full_collections_back_and_leaves_no_garbage_waiting_for_them(open_window, qtbot) -> None:
+    """A full collection walks every record a long Play keeps, several frames' time; Play holds
+    them back, which costs no memory only because Play leaves no cycles for them to free."""
+    import gc
+    from dataclasses import replace
+
+    from gradviz.engine import load_scenario
+
+    w = open_window(replace(load_scenario("gan-detach"), iterations=100_000))
+    c = w.controller
+    c.set_speed(0)
+    gc.collect()
+    full: list[str] = []
+
+    def on_full(phase: str, info: dict) -> None:
+        if info["generation"] == 2:
+            full.append(phase)
+
+    gc.callbacks.append(on_full)
+    try:
+        held = []
+        w.frame_drawn.connect(lambda: held.append(gc.get_threshold()[2]))
+        c.play()
+        qtbot.waitUntil(lambda: c.history.last_tick > 3_000, timeout=60000)
+        c.pause()
+        qtbot.waitUntil(lambda: not c.busy, timeout=10000)
+        assert held and all(t == max(held) > 10_000 for t in held), "held in every frame of Play"
+        assert full == [], "no full collection ran during Play"
+        assert gc.get_threshold()[2] < 10_000, "paused, full collections run again"
+    finally:
+        gc.callbacks.remove(on_full)
+    assert gc.collect() < 100, "Play left no cycles old enough to wait for a full collection"
