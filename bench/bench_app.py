@@ -11,7 +11,8 @@ headless engine stepping the same ops, a bare PySide6 window and ``import
 torch`` started the same way. Offscreen unless a display is set; under
 ``xvfb-run`` with ``QT_QPA_PLATFORM=xcb`` it is a real window.
 
-Beside each figure: the garbage collector's pauses during those frames (how many, the
+Beside each figure: the longest wait between two frames (a stall that no frame's own time
+shows), and the garbage collector's pauses during those frames (how many, the
 longest, their share of the time), since a full collection stalls every thread at once.
 Each mode is measured in a process of its own.
 
@@ -175,12 +176,14 @@ class Figures:
     fps: float
     ops_per_s: float
     interval_median: float
+    interval_longest: float  # the longest wait between two frames: a stall shows here, not in a frame's time
     collector: str = ""  # the garbage collector's pauses meanwhile, where they were watched
 
     def line(self) -> str:
         return (
             f"frame time median {self.median:5.1f} ms, 95th percentile {self.p95:5.1f} ms; "
-            f"{self.fps:4.1f} frames/s (interval median {self.interval_median:.1f} ms), "
+            f"{self.fps:4.1f} frames/s (interval median {self.interval_median:.1f} ms, "
+            f"longest {self.interval_longest:.1f} ms), "
             f"{self.ops_per_s:5.0f} ops/s, {self.frames} frames"
         )
 
@@ -197,6 +200,7 @@ def _figures(frames: Frames, seconds: float) -> Figures:
         fps=(len(frames.starts) - 1) / span if span > 0 else 0.0,
         ops_per_s=ops / span if span > 0 else 0.0,
         interval_median=statistics.median(intervals) if intervals else 0.0,
+        interval_longest=max(intervals, default=0.0),
     )
 
 
@@ -213,13 +217,20 @@ def _wait_until(done: Callable[[], bool]) -> None:
     poll.stop()
 
 
+def _long_enough(marks: list[int], frames: int) -> Any:
+    """The scenario, with room past the last mark for ``frames`` frames of full-speed Play (a frame
+    shows a few hundred ops at most): Play that reached its end would show no more frames."""
+    from gradviz.engine import load_scenario
+
+    return replace(load_scenario(SCENARIO), iterations=max(marks) // 4 + 100 * frames)
+
+
 def _has_ops(c: Any, ops: int, idle: bool = False) -> Callable[[], bool]:
     return lambda: (not idle or not c.busy) and c.history is not None and c.history.last_tick >= ops - 1
 
 
 def play(marks: list[int], frames: int, presentation: bool) -> dict[int, Figures]:
     """At each mark: the lab stepped to that many ops in one go, then ``frames`` frames of Play measured."""
-    from gradviz.engine import load_scenario
     from gradviz.gui.display import application
     from gradviz.gui.window import MainWindow, wait_until_idle
 
@@ -229,7 +240,7 @@ def play(marks: list[int], frames: int, presentation: bool) -> dict[int, Figures
     window.show()
     if presentation:
         window.set_presentation(True, full_screen=False)
-    scenario = replace(load_scenario(SCENARIO), iterations=max(marks) // 4 + 10_000)
+    scenario = _long_enough(marks, frames)
     c = window.controller
     c.open(scenario)
     wait_until_idle(window)
@@ -274,7 +285,6 @@ def parts(marks: list[int], frames: int, peer_median: float) -> None:
     from PySide6.QtCore import QEvent, QObject
     from PySide6.QtWidgets import QApplication, QWidget
 
-    from gradviz.engine import load_scenario
     from gradviz.gui.display import application
     from gradviz.gui.window import MainWindow, wait_until_idle
 
@@ -319,7 +329,7 @@ def parts(marks: list[int], frames: int, peer_median: float) -> None:
     painted = {"timeline": window.timeline.graphics, "surface": window.surface.plot_widget}
     for key, widget in {**painted, "grads": window.grads.table}.items():
         widget.paintEvent = timed(f"paint {key}", widget.paintEvent)  # type: ignore[method-assign]
-    scenario = replace(load_scenario(SCENARIO), iterations=max(marks) // 4 + 10_000)
+    scenario = _long_enough(marks, frames)
     c = window.controller
     c.open(scenario)
     wait_until_idle(window)
