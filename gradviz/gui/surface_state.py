@@ -327,12 +327,16 @@ class SurfaceState:
         known, n = len(run.op_points), len(rt)
         if n > known:
             # Only a step moves the run: the other ops' records are not read.
-            records = [(i, moment.history.record(name, i)) for i in rt.ops.indices("step", known, n)]
-            moved = np.array([i for i, rec in records if rec is not None], dtype=np.int64)
+            steps = [
+                (i, rec)
+                for i in rt.ops.indices("step", known, n)
+                if (rec := moment.history.record(name, i)) is not None
+            ]
+            moved = np.array([i for i, _ in steps], dtype=np.int64)
             # Each op leaves the run at the point of the last step at or before it.
             run.op_points.extend(len(run) - 1 + np.searchsorted(moved, np.arange(known, n), side="right"))
-            if len(moved):
-                run.extend(*self.points([rec.snapshot.param_flat for _, rec in records if rec is not None]))
+            if steps:
+                run.extend(*self.points([rec.snapshot.param_flat for _, rec in steps]))
         return run.points(run.op_points[upto] + 1 if upto >= 0 else 1)
 
     def drawn(self, index: int, length: int) -> np.ndarray:

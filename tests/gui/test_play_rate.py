@@ -180,14 +180,23 @@ def test_the_op_tape_shows_no_more_columns_for_a_long_history(qtbot) -> None:
     view = TimelineView()
     qtbot.addWidget(view)
     rng = np.random.default_rng(0)
-    view._tape_codes = rng.integers(0, len(OPS) + 1, size=(50_000, 2), dtype=np.ubyte)
-    short, long = view._tape_columns(2_000), view._tape_columns(50_000)
+    codes = rng.integers(0, len(OPS) + 1, size=(60_000, 2), dtype=np.ubyte)
+    read = []
+
+    def codes_of(start: int, stop: int) -> np.ndarray:
+        read.append(stop - start)
+        return codes[start:stop]
+
+    short, long = view._tape_columns(2_000, codes_of), view._tape_columns(50_000, codes_of)
     assert len(short) == 2_000, "a tick per column while they fit"
     assert TAPE_COLUMNS // 2 <= len(long) <= TAPE_COLUMNS + 1
     # A column is the mean colour of the ticks it stands for.
     k = view._tape_k
-    assert np.allclose(long[0], _TAPE_RGBA[view._tape_codes[:k]].mean(axis=0), atol=1)
-    assert np.array_equal(short, _TAPE_RGBA[view._tape_codes[:2_000]])
+    assert np.allclose(long[0], _TAPE_RGBA[codes[:k]].mean(axis=0), atol=1)
+    assert np.array_equal(short, _TAPE_RGBA[codes[:2_000]])
+    read.clear()
+    view._tape_columns(50_100, codes_of)
+    assert sum(read) <= 100 + k, "one more frame reads only its new ticks"
 
 
 def _bowl() -> np.ndarray:

@@ -178,6 +178,27 @@ def test_each_op_on_the_tape_carries_its_letter(open_window, qtbot) -> None:
     assert [OP_LETTERS[op] for op in rt.ops] == ["Z", "F", "B", "S"]
 
 
+def test_the_tape_shows_each_runs_op_at_its_tick_and_nothing_where_it_waits(open_window, qtbot) -> None:
+    from gradviz.gui.views.timeline import _TAPE_RGBA, OPS
+
+    w = open_window("forgot-zero-grad")
+    _step(qtbot, w, 13)
+    w.redraw()
+    info, history = w.controller.info, w.controller.history
+    n = history.last_tick + 1
+    want = np.zeros((n, len(info.runs), 4), dtype=np.ubyte)
+    for r, run in enumerate(info.runs):
+        rt = history.runs[run.name]
+        for tick, op in zip(rt.ticks, rt.ops, strict=True):
+            want[tick, len(info.runs) - 1 - r] = _TAPE_RGBA[1 + OPS.index(op)]
+    assert (want[..., 3] == 0).any(), "yours waits while the reference zeroes"
+    assert np.array_equal(w.timeline.tape_image.image, want)
+    c = w.controller
+    c.seek(5)  # back: the tape ends at the moment shown where a lesson hides the future, else stays
+    w.redraw()
+    assert np.array_equal(w.timeline.tape_image.image[:n], want[: len(w.timeline.tape_image.image)])
+
+
 def test_the_time_axis_marks_whole_ticks_only_however_few_ops(open_window, qtbot) -> None:
     w = open_window("standard-loop")
     _step(qtbot, w, 3)  # three ops: pyqtgraph alone would mark every half tick

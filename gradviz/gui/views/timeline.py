@@ -31,7 +31,7 @@ from gradviz.gui.views.axes import BottomAxis
 from gradviz.gui.views.grads import iteration_peak
 from gradviz.gui.views.growing import GrowingLine
 from gradviz.gui.views.scatter import Scatter
-from gradviz.gui.window_history import LabInfo, Moment
+from gradviz.gui.window_history import LabInfo, Moment, WindowHistory
 
 OPS = ("zero_grad", "forward", "backward", "step")
 # A curve keeps at most this many buckets of points (two drawn per bucket): more than a
@@ -1016,9 +1016,6 @@ class TimelineView(QWidget):
         self.floors: dict[str, Floor | None] = dict.fromkeys(LOG_ROWS)
         # The footprint rows this lab fills.
         self.footprint_rows: tuple[str, ...] = ()
-        # A byte per tick and run: 0 where no op was, else 1 + the op's index in OPS.
-        self._tape_codes = np.zeros((0, 1), dtype=np.ubyte)
-        self._tape_filled: list[int] = []  # ops of each run already in the tape's image
         self._tape_n = 0
         self._tape_k = 1  # ticks per column of the image shown
         self._tape_done = 0  # ticks already averaged into whole columns
@@ -1159,8 +1156,6 @@ class TimelineView(QWidget):
                 self.plots[key].removeItem(c)
             curves.clear()
             self.lines[key].clear()
-        self._tape_codes = np.zeros((0, len(info.runs)), dtype=np.ubyte)
-        self._tape_filled = [0] * len(info.runs)
         self._tape_n = 0
         self._tape_k = 1
         self._tape_rect = (0, 0)
@@ -1457,35 +1452,17 @@ class TimelineView(QWidget):
         return sum(line.drawn for lines in self.lines.values() for line in lines)
 
     def _draw_tape(self, moment: Moment) -> None:
-        """The op tape as an image, a column per tick: only the new ops are painted into it."""
+        """The op tape as an image, a column per tick (or the mean colour of a few): only the
+        columns of new ticks are made, from the ops the window's history foretells."""
         info = self.info
         assert info is not None
-        history = moment.history
-        horizon = moment.horizon
         runs = len(info.runs)
-        n = max(horizon + 1, 1)
-        if n < self._tape_n:  # further back than drawn (a hidden future): paint it again
-            self._tape_codes[:] = 0
-            self._tape_filled = [0] * runs
-            self._tape_done = n + 1  # and average it again
-        if n > len(self._tape_codes):
-            grown = np.zeros((max(n, 2 * len(self._tape_codes), 256), runs), dtype=np.ubyte)
-            grown[: len(self._tape_codes)] = self._tape_codes
-            self._tape_codes = grown
-        code = {op: i + 1 for i, op in enumerate(OPS)}
-        for r, run in enumerate(info.runs):
-            rt = history.runs[run.name]
-            count = rt.index_at(horizon) + 1
-            start = self._tape_filled[r]
-            if count <= start:
-                continue
-            ticks = np.asarray(rt.ticks[start:count])
-            ops = np.fromiter((code[o] for o in rt.ops[start:count]), dtype=np.ubyte, count=count - start)
-            # Row 0 is drawn at the top: the first run heads the tape as in the legend.
-            self._tape_codes[ticks, runs - 1 - r] = ops
-            self._tape_filled[r] = count
+        n = max(moment.horizon + 1, 1)
+        if n < self._tape_n:  # further back than drawn (a hidden future): made again
+            self._tape_done = n + 1
         self._tape_n = n
-        self.tape_image.setImage(self._tape_columns(n), levels=(0, 255), autoLevels=False)
+        codes = functools.partial(tape_codes, moment.history, [r.name for r in info.runs], moment.horizon)
+        self.tape_image.setImage(self._tape_columns(n, codes), levels=(0, 255), autoLevels=False)
         if self._tape_rect != (n, runs):
             self._tape_rect = (n, runs)
             self.tape_image.setRect(0, 0, n, runs)
@@ -1528,31 +1505,53 @@ class TimelineView(QWidget):
         self.tape_letters.setData(x=xs, y=ys, symbol=symbols, size=self._letter_px())
         self.tape_letters.setVisible(bool(xs))
 
-    def _tape_columns(self, n: int) -> np.ndarray:
-        """The tape's first ``n`` ticks as at most :data:`TAPE_COLUMNS` columns (means of ``k`` ticks)."""
+    def _tape_columns(self, n: int, codes: Callable[[int, int], np.ndarray]) -> np.ndarray:
+        """The tape's first ``n`` ticks as at most :data:`TAPE_COLUMNS` columns (means of ``k``
+        ticks), from ``codes(start, stop)``, the codes of those ticks (see :func:`tape_codes`)."""
         k = 1
         while n > k * TAPE_COLUMNS:
             k *= 2
-        codes = self._tape_codes
         if k == 1:
-            return _TAPE_RGBA[codes[:n]]
+            return _TAPE_RGBA[codes(0, n)]
         if k != self._tape_k or self._tape_done > n:
             self._tape_k, self._tape_done = k, 0
-            self._tape_means = np.zeros((0, codes.shape[1], 4))
+            self._tape_means = np.zeros((0, codes(0, 0).shape[1], 4))
         full = n // k * k
         if full > self._tape_done:
             # In blocks of whole columns, so the colours of a long history are never all made at once.
             step = max(TAPE_BLOCK // k, 1) * k
             means = [self._tape_means]
             for at in range(self._tape_done, full, step):
-                block = _TAPE_RGBA[codes[at : min(at + step, full)]]
+                block = _TAPE_RGBA[codes(at, min(at + step, full))]
                 means.append(block.reshape(-1, k, *block.shape[1:]).mean(axis=1))
             self._tape_means = np.concatenate(means)
             self._tape_done = full
         columns = self._tape_means
         if full < n:
-            columns = np.concatenate((columns, _TAPE_RGBA[codes[full:n]].mean(axis=0, keepdims=True)))
+            columns = np.concatenate((columns, _TAPE_RGBA[codes(full, n)].mean(axis=0, keepdims=True)))
         return columns.astype(np.ubyte)
+
+
+def tape_codes(
+    history: WindowHistory, runs: Sequence[str], horizon: int, start: int, stop: int
+) -> np.ndarray:
+    """The op tape from tick ``start`` up to ``stop`` (none past ``horizon``): a byte per tick and
+    run, 0 where the run had no op, else 1 + the op's index in :data:`OPS`; the first run in the
+    last column (row 0 is drawn at the top).
+
+    Made from the runs' ops as the window's history foretells them from the schedule, so a
+    long Play's tape costs no memory per tick.
+    """
+    codes = np.zeros((max(stop - start, 0), len(runs)), dtype=np.ubyte)
+    for r, name in enumerate(runs):
+        rt = history.runs[name]
+        first, last = rt.index_at(start - 1) + 1, rt.index_at(min(stop - 1, horizon)) + 1
+        if last <= first:
+            continue
+        at = np.asarray(rt.ticks[first:last]) - start
+        for code, op in enumerate(OPS, 1):
+            codes[at[rt.ops.indices(op, first, last) - first], len(runs) - 1 - r] = code
+    return codes
 
 
 # A tape code's colour: 0 (no op at that tick) is clear, 1 + i the colour of OPS[i].
