@@ -91,7 +91,9 @@ class RunPath:
     """
 
     def __init__(self) -> None:
-        self._xy = np.empty((64, 2), dtype=np.float64)
+        # Single precision: finer than any pixel of a plot, and half the bytes an hour of Play keeps
+        # (a true surface's points are the float32 parameters themselves).
+        self._xy = np.empty((64, 2), dtype=np.float32)
         # Distances off a plane; None while every one is 0 (a true surface's points lie on it).
         self._residuals: np.ndarray | None = None
         self._n = 0
@@ -110,7 +112,8 @@ class RunPath:
 
     def extend(self, points: np.ndarray, residuals: np.ndarray) -> None:
         """Append points ``(M, 2)`` and their distances off the plane ``(M,)``."""
-        points = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+        with np.errstate(over="ignore"):  # past single precision's range is as far as inf from the plot
+            points = np.asarray(points, dtype=np.float32).reshape(-1, 2)
         m = len(points)
         if self._n + m > len(self._xy):
             self._xy = np.resize(self._xy, (max(_grown(len(self._xy)), self._n + m), 2))
@@ -225,7 +228,7 @@ class RunPath:
     def _classify_block(self, n: int) -> None:
         assert self._cell is not None
         a = self._classified
-        xy = self._xy[max(a - 1, 0) : n]
+        xy = self._xy[max(a - 1, 0) : n].astype(np.float64)
         ok = np.asarray(np.isfinite(xy).all(axis=1))
         scale = np.array(self._cell)
         at = (np.where(ok[:, None], xy, 0.0) - self._origin) / scale

@@ -15,10 +15,12 @@ CELL = (cell_size(3.0, 600), cell_size(2.0, 400))
 
 
 def _orbit(steps: int) -> np.ndarray:
-    """A run that never settles: it circles the minimum, its orbit turning a little each lap."""
+    """A run that never settles: it circles the minimum, its orbit turning a little each lap (in
+    single precision, as a path keeps its points)."""
     t = np.arange(steps) * 0.37
     radius = 1.0 + 0.1 * np.sin(t / 40.0)
-    return np.stack([radius * np.cos(t), 0.6 * radius * np.sin(t + 0.2 * np.sin(t / 90.0))], axis=1)
+    xy = np.stack([radius * np.cos(t), 0.6 * radius * np.sin(t + 0.2 * np.sin(t / 90.0))], axis=1)
+    return xy.astype(np.float32)
 
 
 def _path(points: np.ndarray) -> RunPath:
