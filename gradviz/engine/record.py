@@ -333,6 +333,12 @@ class Keyframe:
 # smallest models, whose keyframes are mostly the objects around a few floats); rebuilding one of
 # those ops replays at most this many iterations, about as long as a plain PyTorch loop of them takes.
 THINNED_EVERY = 50
+# Further back than this many iterations before the records kept, a keyframe every SPARSE_EVERY
+# iterations only: a small model keeps a few hundred bytes of objects per keyframe, so an hour of
+# fast Play (millions of iterations) keeps thousands of keyframes rather than a hundred thousand,
+# and an op that far back is rebuilt by replaying up to SPARSE_EVERY iterations (tens of ms).
+SPARSE_AFTER = 10_000
+SPARSE_EVERY = 8 * THINNED_EVERY
 
 
 Rebuild = Callable[[str, int], OpRecord]
@@ -414,6 +420,9 @@ class RunHistory:
         self.recent: list[OpRecord] = []
         self.records = Records(self)
         self.keyframes: dict[int, Keyframe] = {}
+        # The keyframes before these iterations are thinned already: to THINNED_EVERY, to SPARSE_EVERY.
+        self._thinned_to = 0
+        self._sparse_to = 0
         self.ticks = ticks
         # The scalars of the ops from ``scalars_from`` on (every op until there are SCALARS_KEPT).
         self.scalars_from = 0
@@ -466,15 +475,25 @@ class RunHistory:
 
     def _thin(self, n: int) -> None:
         """Drop the oldest ``n`` full records, and the keyframes of their iterations but every
-        ``THINNED_EVERY``-th (packed): what stays of those ops is their columns and a share of one."""
+        ``THINNED_EVERY``-th (packed): what stays of those ops is their columns and a share of one.
+        Keyframes more than :data:`SPARSE_AFTER` iterations before the records kept are thinned on
+        to every ``SPARSE_EVERY``-th."""
         dropped, self.recent = self.recent[:n], self.recent[n:]
         first_kept = self.recent[0].iteration if self.recent else dropped[-1].iteration + 1
-        for k in [k for k in self.keyframes if k < first_kept]:
-            keyframe = self.keyframes[k]
+        for k in range(self._thinned_to, first_kept):
+            keyframe = self.keyframes.get(k)
+            if keyframe is None:
+                continue
             if k % THINNED_EVERY:
                 del self.keyframes[k]
             elif not isinstance(keyframe.snapshot, PackedSnapshot):
                 self.keyframes[k] = keyframe.packed()
+        self._thinned_to = max(self._thinned_to, first_kept)
+        far = first_kept - SPARSE_AFTER
+        for k in range(self._sparse_to // THINNED_EVERY * THINNED_EVERY, far, THINNED_EVERY):
+            if k % SPARSE_EVERY:
+                self.keyframes.pop(k, None)
+        self._sparse_to = max(self._sparse_to, far)
 
     def forget_all(self) -> None:
         """Drop every op kept so far, still counting them (a streaming lab calls it before each op).
@@ -502,6 +521,10 @@ class RunHistory:
 
     def truncate(self, tick: int) -> None:
         """Forget every op after ``tick`` (the lab drops the keyframes after it)."""
+        # The keyframes made again from there on are thinned again in their turn.
+        iteration = max(tick + 1, 0) // self.ticks.ticks_per_iteration
+        self._thinned_to = min(self._thinned_to, iteration)
+        self._sparse_to = min(self._sparse_to, iteration)
         keep = self.index_at(tick) + 1
         del self.recent[max(keep - self.recent_from, 0) :]
         self.ticks.truncate(keep)
