@@ -232,8 +232,10 @@ def _has_ops(c: Any, ops: int, idle: bool = False) -> Callable[[], bool]:
 def play(marks: list[int], frames: int, presentation: bool) -> dict[int, Figures]:
     """At each mark: the lab stepped to that many ops in one go, then ``frames`` frames of Play measured."""
     from gradviz.gui.display import application
+    from gradviz.gui.heap import tune_malloc
     from gradviz.gui.window import MainWindow, wait_until_idle
 
+    tune_malloc()  # as the app does
     app = application()
     window = MainWindow(interactive=False)
     window.resize(*SIZE)

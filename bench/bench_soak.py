@@ -137,8 +137,10 @@ def soak(minutes: float, scenario: str) -> None:
 
     from gradviz.engine import load_scenario
     from gradviz.gui.display import application
+    from gradviz.gui.heap import tune_malloc
     from gradviz.gui.window import MainWindow, wait_until_idle
 
+    tune_malloc()  # as the app does
     application()
     window = MainWindow(interactive=False)
     window.resize(*SIZE)

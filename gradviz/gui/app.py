@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 
@@ -10,21 +9,9 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from gradviz.gui.display import application, has_display, shows_windows
+from gradviz.gui.heap import tune_malloc
 from gradviz.gui.settings import settings
 from gradviz.gui.window import DEFAULT_SCENARIO, MainWindow
-
-
-def tune_malloc() -> None:
-    """Keep glibc from returning freed buffers to the OS and faulting them back on every op."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    libc.mallopt(m_trim_threshold, 1 << 30)
-    libc.mallopt(m_mmap_threshold, 32 << 20)
 
 
 def launch(scenario_arg: str | None, lesson: bool = False) -> tuple[QApplication, MainWindow]:

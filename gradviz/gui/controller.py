@@ -7,7 +7,8 @@ performs as many ops as fit in what is left of a frame, and is asked again only
 once the window has shown that frame: drawing and stepping take turns instead of
 competing for the interpreter, and the ops between two frames are never drawn one by one.
 While Play runs the garbage collector's full collections wait for the pause (see
-:mod:`gradviz.engine.collector`).
+:mod:`gradviz.engine.collector`), and the heap's free pages go back to the system every half
+a minute and at the pause (:mod:`gradviz.gui.heap`).
 
 Surfaces over planes go the other way: a new request supersedes the one in
 flight (its generation number rises, the old evaluation stops at its next
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
 from gradviz.engine.collector import hold_full_collections
+from gradviz.gui.heap import release_freed
 from gradviz.gui.window_history import LabInfo, Moment, PlaneRequest, StepResult, WindowHistory
 from gradviz.gui.worker import LabWorker, SurfaceWorker
 
@@ -37,6 +39,8 @@ WORKER_SHARE = 0.5
 # window paints nothing), and how long it then steps.
 FRAME_WAIT = 0.1
 BATCH_LEAST = 0.002
+# While Play runs, the heap's free pages go back to the system this often (see gui/heap.py).
+RELEASE_EVERY = 30.0
 
 
 class Controller(QObject):
@@ -133,6 +137,9 @@ class Controller(QObject):
         self._frame_wait = QTimer(self)
         self._frame_wait.setSingleShot(True)
         self._frame_wait.timeout.connect(lambda: self.frame_shown(0.0, BATCH_LEAST))
+        self._release = QTimer(self)
+        self._release.setInterval(int(RELEASE_EVERY * 1000))
+        self._release.timeout.connect(release_freed)
 
     # ------------------------------------------------------------ lifetime
     def shutdown(self) -> None:
@@ -420,6 +427,7 @@ class Controller(QObject):
             return
         self.playing = True
         hold_full_collections(True)
+        self._release.start()
         self.playing_changed.emit(True)
         self._last_play_step = 0.0
         self._batch = BATCH_LEAST
@@ -458,6 +466,8 @@ class Controller(QObject):
             return
         self.playing = False
         hold_full_collections(False)
+        self._release.stop()
+        release_freed()
         self._play_timer.stop()
         self._awaiting_frame = False
         self._frame_wait.stop()
