@@ -180,7 +180,7 @@ def test_the_op_tape_shows_no_more_columns_for_a_long_history(qtbot) -> None:
     view = TimelineView()
     qtbot.addWidget(view)
     rng = np.random.default_rng(0)
-    codes = rng.integers(0, len(OPS) + 1, size=(60_000, 2), dtype=np.ubyte)
+    codes = rng.integers(0, len(OPS) + 1, size=(130_000, 2), dtype=np.ubyte)
     read = []
 
     def codes_of(start: int, stop: int) -> np.ndarray:
@@ -196,7 +196,17 @@ def test_the_op_tape_shows_no_more_columns_for_a_long_history(qtbot) -> None:
     assert np.array_equal(short, _TAPE_RGBA[codes[:2_000]])
     read.clear()
     view._tape_columns(50_100, codes_of)
-    assert sum(read) <= 100 + k, "one more frame reads only its new ticks"
+    assert sum(read) <= 100 + k, "one more frame reads its new ticks (and the column they complete)"
+    # Past twice as many ticks each column stands for twice as many: the ticks read before are not
+    # read again, but for a column's as it completes.
+    read.clear()
+    for n in range(50_100, 120_001, 700):
+        drawn = view._tape_columns(n, codes_of)
+    assert view._tape_k == 2 * k and sum(read) <= 2 * (120_000 - 50_100)
+    full = n // (2 * k) * (2 * k)
+    whole = _TAPE_RGBA[codes[:full]].reshape(-1, 2 * k, 2, 4).mean(axis=1)
+    assert np.allclose(drawn[: len(whole)], whole, atol=1)
+    assert np.allclose(drawn[-1], _TAPE_RGBA[codes[full:n]].mean(axis=0), atol=1), "the partial column"
 
 
 def _bowl() -> np.ndarray:

@@ -1020,6 +1020,8 @@ class TimelineView(QWidget):
         self._tape_k = 1  # ticks per column of the image shown
         self._tape_done = 0  # ticks already averaged into whole columns
         self._tape_means = np.zeros((0, 1, 4))
+        # The last, partial column: its first tick, the tick it is summed up to, the sum of its colours.
+        self._tape_part: tuple[int, int, Any] = (0, 0, 0.0)
         self._tape_rect = (0, 0)  # the ticks and runs the tape's image spans
         self.ends: list[Scatter] = []
         # What each curve and end cross was last handed: a row whose data did not change is not
@@ -1507,15 +1509,27 @@ class TimelineView(QWidget):
 
     def _tape_columns(self, n: int, codes: Callable[[int, int], np.ndarray]) -> np.ndarray:
         """The tape's first ``n`` ticks as at most :data:`TAPE_COLUMNS` columns (means of ``k``
-        ticks), from ``codes(start, stop)``, the codes of those ticks (see :func:`tape_codes`)."""
+        ticks), from ``codes(start, stop)``, the codes of those ticks (see :func:`tape_codes`).
+
+        Only the ticks since the last call are read: whole columns are kept, and where ``k``
+        doubles, each new column is the mean of two kept ones; the last, partial column is
+        summed as its ticks come.
+        """
         k = 1
         while n > k * TAPE_COLUMNS:
             k *= 2
         if k == 1:
             return _TAPE_RGBA[codes(0, n)]
-        if k != self._tape_k or self._tape_done > n:
-            self._tape_k, self._tape_done = k, 0
+        if self._tape_done > n or self._tape_k > k:  # went back: made again
+            self._tape_k, self._tape_done = 1, 0
+        if self._tape_k == 1:
+            self._tape_k, self._tape_done, self._tape_part = k, 0, (0, 0, 0.0)
             self._tape_means = np.zeros((0, codes(0, 0).shape[1], 4))
+        while self._tape_k < k:
+            pairs = len(self._tape_means) // 2
+            self._tape_means = (self._tape_means[: 2 * pairs : 2] + self._tape_means[1 : 2 * pairs : 2]) / 2
+            self._tape_k *= 2
+            self._tape_done = pairs * self._tape_k
         full = n // k * k
         if full > self._tape_done:
             # In blocks of whole columns, so the colours of a long history are never all made at once.
@@ -1528,7 +1542,12 @@ class TimelineView(QWidget):
             self._tape_done = full
         columns = self._tape_means
         if full < n:
-            columns = np.concatenate((columns, _TAPE_RGBA[codes(full, n)].mean(axis=0, keepdims=True)))
+            start, summed, total = self._tape_part
+            if start != full or summed > n:
+                start, summed, total = full, full, 0.0
+            total = total + _TAPE_RGBA[codes(summed, n)].sum(axis=0, dtype=np.float64)
+            self._tape_part = (full, n, total)
+            columns = np.concatenate((columns, (total / (n - full))[None]))
         return columns.astype(np.ubyte)
 
 
