@@ -38,10 +38,10 @@ app: setup
 test: setup
 	# One worker per core (pytest-xdist): the suite is CPU-bound, one intra-op thread per process.
 	$(BIN)/python -m pytest -q -m "not gl" -n auto
-	# The 3-D (OpenGL) tests need an X server: a virtual one here. One process per folder:
-	# in one process, pyqtgraph items fail to draw in a GL context made after an earlier one closed.
-	for dir in tests/gui tests/export; do \
-		xvfb-run -a -s "-screen 0 1280x720x24" env QT_QPA_PLATFORM=xcb $(BIN)/python -m pytest -q -m gl $$dir || exit 1; \
+	# The 3-D (OpenGL) tests need an X server: a virtual one here. One process per file: in one
+	# process, pyqtgraph items can fail to draw in a GL context made after an earlier test's closed.
+	for file in $$(grep -rl "mark.gl$$" tests --include="test_*.py"); do \
+		xvfb-run -a -s "-screen 0 1280x720x24" env QT_QPA_PLATFORM=xcb $(BIN)/python -m pytest -q -m gl $$file || exit 1; \
 	done
 
 lint: setup
