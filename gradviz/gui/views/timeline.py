@@ -1520,9 +1520,7 @@ class TimelineView(QWidget):
             k *= 2
         if k == 1:
             return _TAPE_RGBA[codes(0, n)]
-        if self._tape_done > n or self._tape_k > k:  # went back: made again
-            self._tape_k, self._tape_done = 1, 0
-        if self._tape_k == 1:
+        if self._tape_k == 1 or self._tape_k > k or self._tape_done > n:  # a new lab, or gone back
             self._tape_k, self._tape_done, self._tape_part = k, 0, (0, 0, 0.0)
             self._tape_means = np.zeros((0, codes(0, 0).shape[1], 4))
         while self._tape_k < k:
