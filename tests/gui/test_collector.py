@@ -75,11 +75,16 @@ def test_play_holds_full_collections_back_and_leaves_no_garbage_waiting_for_them
     import gc
     from dataclasses import replace
 
+    from PySide6.QtCore import QEvent
+    from PySide6.QtWidgets import QApplication
+
     from gradviz.engine import load_scenario
 
     w = open_window(replace(load_scenario("gan-detach"), iterations=100_000))
     c = w.controller
     c.set_speed(0)
+    # Windows of earlier tests are deleted first, so what the last collection finds is Play's own.
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     gc.collect()
     full: list[str] = []
 
@@ -90,7 +95,7 @@ def test_play_holds_full_collections_back_and_leaves_no_garbage_waiting_for_them
     gc.callbacks.append(on_full)
     try:
         held = []
-        w.frame_drawn.connect(lambda: held.append(gc.get_threshold()[2]))
+        w.frame_drawn.connect(lambda: c.playing and held.append(gc.get_threshold()[2]))
         c.play()
         qtbot.waitUntil(lambda: c.history.last_tick > 3_000, timeout=60000)
         c.pause()
