@@ -79,7 +79,7 @@ class SurfaceModel:
         return float(xy[0]), float(xy[1])
 
     def points(self, flats: np.ndarray) -> np.ndarray:
-        """The positions of parameter vectors ``(M, 2)`` (each flat, in the layout's order), ``(M, 2)``.
+        """The positions, ``(M, 2)``, of the parameter vectors ``flats`` (each flat, in the layout's order).
 
         The two axes are the model's whole parameter vector (weight then bias, or ``xy``), so a
         vector is its own position.
