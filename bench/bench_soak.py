@@ -1,8 +1,9 @@
 """A soak: full-speed Play of ``forgot-zero-grad`` for minutes, in a 1280x720 window.
 
 Prints, each minute, the ops performed and the frames drawn in that minute and the
-process's resident memory, then the last minute against the first. Offscreen
-unless a display is set.
+process's resident memory, then the last minute against the first. The scenario
+runs its longest (a million iterations); where it ends before the minutes do, it
+is opened again and played on. Offscreen unless a display is set.
 
 With ``--bytes-per-op`` it measures instead, headless, what the history grows by per op in the
 far past (past ``--warm`` ops: the recent records full and the columns' whole part thinned): the
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 import tracemalloc
 from dataclasses import replace
 from pathlib import Path
@@ -146,11 +148,17 @@ def soak(minutes: float, scenario: str) -> None:
     window.resize(*SIZE)
     window.show()
     c = window.controller
-    # The most iterations a scenario may have: 4 million ops, more than an hour of Play here.
-    c.open(replace(load_scenario(scenario), iterations=1_000_000))
-    wait_until_idle(window)
-    if c.history is None:
-        raise SystemExit(f"bench_soak: {window.last_error}")
+    # The most iterations a scenario may have: 4 million ops, some minutes of Play here. At its end
+    # the scenario is opened again and played on, as a lecturer starts it over.
+    longest = replace(load_scenario(scenario), iterations=1_000_000)
+
+    def start_over() -> None:
+        c.open(longest)
+        wait_until_idle(window)
+        if c.history is None:
+            raise SystemExit(f"bench_soak: {window.last_error}")
+
+    start_over()
     start_mb = resident_mb()
     print(f"soak of {scenario} at full speed, {SIZE[0]}x{SIZE[1]} ({os.environ['QT_QPA_PLATFORM']})")
     print(f"resident memory at the start: {start_mb:.0f} MB")
@@ -158,16 +166,29 @@ def soak(minutes: float, scenario: str) -> None:
     c.set_speed(0)
     c.play()
     rows = []
-    ops_before, frames_before = c.history.last_tick + 1, window.frames
+    ended = 0  # the ops of the labs played to their end
+
+    def played() -> int:
+        assert c.history is not None
+        return ended + c.history.last_tick + 1
+
+    ops_before, frames_before = played(), window.frames
     span = min(60.0, minutes * 60)
     for minute in range(1, max(1, round(minutes)) + 1):
-        # The application's own event loop, as in the app: it waits without holding the interpreter.
-        loop = QEventLoop()
-        QTimer.singleShot(int(span * 1000), loop.quit)
-        c.playing_changed.connect(loop.quit)
-        loop.exec()
-        c.playing_changed.disconnect(loop.quit)
-        ops, frames = c.history.last_tick + 1, window.frames
+        deadline = time.monotonic() + span
+        while (left := deadline - time.monotonic()) > 0:
+            # The application's own event loop, as in the app: it waits without holding the interpreter.
+            loop = QEventLoop()
+            QTimer.singleShot(int(left * 1000), loop.quit)
+            c.playing_changed.connect(loop.quit)
+            loop.exec()
+            c.playing_changed.disconnect(loop.quit)
+            if not c.playing:
+                ended = played()
+                print("        the scenario ended: opened again, and played on", flush=True)
+                start_over()
+                c.play()
+        ops, frames = played(), window.frames
         mb = resident_mb()
         row = (ops - ops_before, frames - frames_before, mb)
         rows.append(row)
@@ -177,9 +198,6 @@ def soak(minutes: float, scenario: str) -> None:
             flush=True,
         )
         ops_before, frames_before = ops, frames
-        if not c.playing:
-            print("Play stopped: the lab's runs all stopped")
-            break
     c.pause()
     wait_until_idle(window)
     c.shutdown()
