@@ -106,3 +106,24 @@ def test_a_line_between_two_points_counts_where_it_crosses_a_box() -> None:
         np.array([15.0, np.nan, 15.0, np.nan, 15.0, 15.0]),
     )
     assert line_inside(boxes, np.stack((x, y))) == pytest.approx([0.0, 0.0])
+
+
+def test_no_end_label_lies_under_a_marker_where_a_place_beside_them_is_free(open_window, qtbot) -> None:
+    """Markers are drawn over the names, so a name under one loses letters: in a short row whose
+    curves crowd the place left of the markers (forgot-zero-grad's ‖.grad‖ at its end), the names
+    still go beside the markers, not across them."""
+    w = open_window("forgot-zero-grad")
+    press(qtbot, w, Qt.Key.Key_Right, 160)
+    settle(qtbot, w)
+    tl = w.timeline
+    tl.graphics.grab()
+    for key, labels in tl.end_labels.items():
+        if not tl.plots[key].isVisible():
+            continue
+        box = tl.plots[key].getViewBox()
+        r = labels.marker_size / 2
+        markers = [box.mapViewToScene(QPointF(x, y)) for x, y in labels.marker_points()]
+        for item in (item for item in labels.items if item.isVisible()):
+            rect = item.sceneBoundingRect().adjusted(-r, -r, r, r)
+            under = [m for m in markers if rect.contains(m)]
+            assert not under, (key, item.textItem.toPlainText(), "under", under)

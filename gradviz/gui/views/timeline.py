@@ -419,11 +419,12 @@ class EndLabels:
     Names whose places would overlap share one line (runs whose series end
     together), and lines are kept apart and inside the row, over a backing of the
     background's colour. A line goes where it hides the least of what the row
-    draws (every run's curve, as last handed by :meth:`set_ends`, and the markers):
-    right of its markers, left of them, above or below them, or a line up or down
-    beside them, each as near as the row's edges allow; among places that hide as
-    little, the nearest its markers, right before left where the row has room
-    right. Placed again whenever the row's range, size or points change.
+    draws (the markers first, which are drawn over it; then every run's curve, as
+    last handed by :meth:`set_ends`): right of its markers, left of them, above or
+    below them, or a line up or down beside them, each as near as the row's edges
+    allow; among places that hide as little, the nearest its markers, right before
+    left where the row has room right. Placed again whenever the row's range, size
+    or points change.
     """
 
     def __init__(self, plot: pg.PlotItem, joined: bool = True) -> None:
@@ -671,12 +672,14 @@ class EndLabels:
         px: Callable[[Any], Any],
         py: Callable[[Any], Any],
         x_at: Callable[[float], float],
-    ) -> np.ndarray:
-        """How many pixels of the row's curves and markers each spot's line would hide, to the
-        whole pixel (a marker counts its width); ``px``, ``py`` map data to pixels and ``x_at``
-        pixels across back to data."""
+    ) -> list[tuple[int, float]]:
+        """What each spot's line would hide: the markers it would cover some of, then how many
+        pixels of the row's curves, to the whole pixel; ``px``, ``py`` map data to pixels and
+        ``x_at`` pixels across back to data. Markers are drawn over the names, so a name under
+        one loses letters to it: a spot that covers fewer markers hides less, whatever the curves."""
         boxes = np.array([_box(spot, line) for spot in spots])
-        ink = marker * np.array([self._markers_under(spot, line, marker, px, py) for spot in spots])
+        covered = np.array([self._markers_under(spot, line, marker, px, py) for spot in spots])
+        ink = np.zeros(len(spots))
         # Only the points beside the boxes matter (and one either side, for the lines that cross).
         lo, hi = x_at(float(boxes[:, 0].min()) - marker), x_at(float(boxes[:, 2].max()) + marker)
         xs: list[np.ndarray] = []
@@ -689,10 +692,10 @@ class EndLabels:
         if xs:
             points = np.stack((px(np.concatenate(xs)), py(np.concatenate(ys))))
             if self.joined:
-                ink = ink + line_inside(boxes, points)
+                ink = line_inside(boxes, points)
             else:
-                ink = ink + marker * points_inside(boxes, points, marker / 2)
-        return np.round(ink)
+                ink = marker * points_inside(boxes, points, marker / 2)
+        return list(zip(covered.tolist(), np.round(ink).tolist(), strict=True))
 
 
 def _box(spot: tuple[float, float, float, float], line: float) -> tuple[float, float, float, float]:
