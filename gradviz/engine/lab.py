@@ -140,7 +140,9 @@ class Lab:
         self.history = History([r.name for r in self.runs], kept, self.schedule, self._rebuild, scalars)
         if self.mode != "bare":
             for run in self.runs:
-                self.history[run.name].keyframes[0] = Keyframe(run.current, None)
+                self.history[run.name].keep_keyframe(0, Keyframe(run.current, None))
+        if self.mode == "light" and self.keyframe_every:
+            self._space_keyframes()
         self._shadows: dict[str, Run] = {}
         self._shadow_at: dict[str, int] = {}  # the tick each shadow last performed
 
@@ -164,9 +166,15 @@ class Lab:
         if not self.keyframe_every:
             packed = PackedSnapshot(run.capture(grads=not run.grads_unread_at_iteration_start))
             self.keyframe_every = max(1, math.ceil(packed.nbytes / KEYFRAME_BUDGET))
+            self._space_keyframes()
         if iteration % self.keyframe_every == 0:
             packed = packed or PackedSnapshot(run.capture(grads=not run.grads_unread_at_iteration_start))
-            h.keyframes[iteration] = Keyframe(packed, run.last_loss)
+            h.keep_keyframe(iteration, Keyframe(packed, run.last_loss))
+
+    def _space_keyframes(self) -> None:
+        """Tell a light lab's histories the spacing of its keyframes, which their thinning keeps to."""
+        for h in self.history.runs.values():
+            h.spacing = self.keyframe_every
 
     def advance(self, before: int | None = None) -> list[tuple[str, int]]:
         """Perform the next tick that has an op for some running run (and lies before tick ``before``).
@@ -184,7 +192,7 @@ class Lab:
                 # Iteration 0 starts from the state the lab was built with, kept already.
                 if slot_index == 0 and iteration and self.mode != "bare" and not self.streaming:
                     if self.mode == "full":  # the state the last record left, shared with it
-                        h.keyframes[iteration] = Keyframe(run.current, run.last_loss)
+                        h.keep_keyframe(iteration, Keyframe(run.current, run.last_loss))
                     else:
                         self._keyframe(run, h, iteration)
                 slot = self.schedule[slot_index][r]
@@ -279,8 +287,6 @@ class Lab:
             h = self.history[run.name]
             self._replay(run, r, tick)
             h.truncate(tick)
-            for k in [k for k in h.keyframes if k * self.ticks_per_iteration > tick + 1]:
-                del h.keyframes[k]
             if len(h):
                 run.current = run.capture()
                 run.grad_norm, run.param_norm = self._norms(run, h)

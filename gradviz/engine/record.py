@@ -327,18 +327,32 @@ class Keyframe:
         snap = self.snapshot
         return self if isinstance(snap, PackedSnapshot) else Keyframe(PackedSnapshot(snap), self.loss)
 
+    @property
+    def nbytes(self) -> int:
+        """About the bytes it keeps: its arrays, and the objects around them."""
+        return self.snapshot.nbytes + KEYFRAME_OBJECT_BYTES
+
 
 # Iterations between the keyframes of the thinned past. A model small enough for full records
 # has a keyframe of at most 16 KB, so this is at most 330 bytes per iteration (about 8 for the
 # smallest models, whose keyframes are mostly the objects around a few floats); rebuilding one of
 # those ops replays at most this many iterations, about as long as a plain PyTorch loop of them takes.
 THINNED_EVERY = 50
-# Further back than this many iterations before the records kept, a keyframe every SPARSE_EVERY
-# iterations only: a small model keeps a few hundred bytes of objects per keyframe, so an hour of
-# fast Play (millions of iterations) keeps thousands of keyframes rather than a hundred thousand,
-# and an op that far back is rebuilt by replaying up to SPARSE_EVERY iterations (tens of ms).
+# Further back than this many iterations before the records kept (or, without records, before the
+# newest keyframe), keyframes are eight times sparser: a small model keeps a few hundred bytes of
+# objects per keyframe, so an hour of fast Play (millions of iterations) keeps thousands of
+# keyframes rather than a hundred thousand, and an op that far back is rebuilt by replaying up to
+# SPARSE_EVERY iterations (tens of ms).
 SPARSE_AFTER = 10_000
-SPARSE_EVERY = 8 * THINNED_EVERY
+SPARSE_FACTOR = 8
+SPARSE_EVERY = SPARSE_FACTOR * THINNED_EVERY
+# Bytes the keyframes of that far past may keep per run. Where they would keep more (a large model
+# keeps some 4 KB of keyframe per iteration, over 100 MB a minute of full-speed Play), every other one
+# is dropped and their spacing doubles: memory stays bounded however long Play runs, and an op that
+# far back is rebuilt by replaying more iterations (on the lab's thread; the views wait for it).
+FAR_KEYFRAME_BYTES = 64 * 2**20
+# The objects around a keyframe's arrays, about (measured for a small model's packed keyframe).
+KEYFRAME_OBJECT_BYTES = 400
 
 
 Rebuild = Callable[[str, int], OpRecord]
@@ -397,7 +411,10 @@ class RunHistory:
       them (0 for a large model, which keeps none).
     - Keyframes: the state at the start of an iteration. While its ops' records
       are kept, every iteration has one (sharing the record's arrays); further
-      back only every ``THINNED_EVERY``-th stays, packed.
+      back only every ``THINNED_EVERY``-th stays, packed (without records, every
+      ``spacing``-th is kept, packed, from the start). Beyond :data:`SPARSE_AFTER`
+      iterations, only every :attr:`sparse_every`-th, whose spacing doubles to keep
+      them within :data:`FAR_KEYFRAME_BYTES`.
 
     ``records[i]`` is the record of op ``i`` either way: older ones are rebuilt
     by ``rebuild`` (the lab's replay from the keyframe before them).
@@ -420,7 +437,12 @@ class RunHistory:
         self.recent: list[OpRecord] = []
         self.records = Records(self)
         self.keyframes: dict[int, Keyframe] = {}
-        # The keyframes before these iterations are thinned already: to THINNED_EVERY, to SPARSE_EVERY.
+        # Iterations between the keyframes kept beyond the full records: THINNED_EVERY; without
+        # records, the lab's own spacing, which it sets once it has chosen it.
+        self.spacing = THINNED_EVERY
+        self._doublings = 0  # of the far past's spacing, to fit FAR_KEYFRAME_BYTES
+        self._far_bytes = 0  # kept by the keyframes before ``_sparse_to``
+        # The keyframes before these iterations are thinned already: to ``spacing``, to ``sparse_every``.
         self._thinned_to = 0
         self._sparse_to = 0
         self.ticks = ticks
@@ -439,6 +461,20 @@ class RunHistory:
     def recent_from(self) -> int:
         """Index of the first op whose full record is kept."""
         return len(self) - len(self.recent)
+
+    @property
+    def sparse_every(self) -> int:
+        """Iterations between the keyframes of the far past (:data:`SPARSE_AFTER` and more back)."""
+        return SPARSE_FACTOR * self.spacing << self._doublings
+
+    def keep_keyframe(self, iteration: int, keyframe: Keyframe) -> None:
+        """Keep the state at the start of ``iteration``, where a replay to its ops may start.
+
+        A history without full records thins its far past here; one with them, as it drops them.
+        """
+        self.keyframes[iteration] = keyframe
+        if not self.keep_records:
+            self._thin_far(iteration - SPARSE_AFTER)
 
     def append(
         self,
@@ -475,25 +511,42 @@ class RunHistory:
 
     def _thin(self, n: int) -> None:
         """Drop the oldest ``n`` full records, and the keyframes of their iterations but every
-        ``THINNED_EVERY``-th (packed): what stays of those ops is their columns and a share of one.
+        ``spacing``-th (packed): what stays of those ops is their columns and a share of one.
         Keyframes more than :data:`SPARSE_AFTER` iterations before the records kept are thinned on
-        to every ``SPARSE_EVERY``-th."""
+        (:meth:`_thin_far`)."""
         dropped, self.recent = self.recent[:n], self.recent[n:]
         first_kept = self.recent[0].iteration if self.recent else dropped[-1].iteration + 1
         for k in range(self._thinned_to, first_kept):
             keyframe = self.keyframes.get(k)
             if keyframe is None:
                 continue
-            if k % THINNED_EVERY:
+            if k % self.spacing:
                 del self.keyframes[k]
             elif not isinstance(keyframe.snapshot, PackedSnapshot):
                 self.keyframes[k] = keyframe.packed()
         self._thinned_to = max(self._thinned_to, first_kept)
-        far = first_kept - SPARSE_AFTER
-        for k in range(self._sparse_to // THINNED_EVERY * THINNED_EVERY, far, THINNED_EVERY):
-            if k % SPARSE_EVERY:
+        self._thin_far(first_kept - SPARSE_AFTER)
+
+    def _thin_far(self, far: int) -> None:
+        """Thin the keyframes before iteration ``far`` to every :attr:`sparse_every`-th, doubling
+        that spacing (every other one dropped) while they keep more than :data:`FAR_KEYFRAME_BYTES`."""
+        every = self.sparse_every
+        for k in range(-(-self._sparse_to // self.spacing) * self.spacing, far, self.spacing):
+            if k % every:
                 self.keyframes.pop(k, None)
+            elif (kept := self.keyframes.get(k)) is not None:
+                self._far_bytes += kept.nbytes
         self._sparse_to = max(self._sparse_to, far)
+        # Keyframe 0 stays whatever it costs: every replay of the far past may start there.
+        while self._far_bytes > FAR_KEYFRAME_BYTES and self.sparse_every < self._sparse_to:
+            self._doublings += 1
+            every = self.sparse_every
+            for k in [k for k in self.keyframes if k < self._sparse_to and k % every]:
+                del self.keyframes[k]
+            self._count_far_bytes()
+
+    def _count_far_bytes(self) -> None:
+        self._far_bytes = sum([kept.nbytes for k, kept in self.keyframes.items() if k < self._sparse_to])
 
     def forget_all(self) -> None:
         """Drop every op kept so far, still counting them (a streaming lab calls it before each op).
@@ -520,11 +573,15 @@ class RunHistory:
         return self.ticks.index_at(tick)
 
     def truncate(self, tick: int) -> None:
-        """Forget every op after ``tick`` (the lab drops the keyframes after it)."""
+        """Forget every op after ``tick``, and the keyframes of later moments."""
+        tpi = self.ticks.ticks_per_iteration
+        for k in [k for k in self.keyframes if k * tpi > tick + 1]:
+            del self.keyframes[k]
         # The keyframes made again from there on are thinned again in their turn.
-        iteration = max(tick + 1, 0) // self.ticks.ticks_per_iteration
+        iteration = max(tick + 1, 0) // tpi
         self._thinned_to = min(self._thinned_to, iteration)
         self._sparse_to = min(self._sparse_to, iteration)
+        self._count_far_bytes()
         keep = self.index_at(tick) + 1
         del self.recent[max(keep - self.recent_from, 0) :]
         self.ticks.truncate(keep)

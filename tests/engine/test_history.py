@@ -172,6 +172,63 @@ def test_keyframes_far_back_grow_sparser_and_their_ops_are_still_rebuilt_bit_for
             _assert_bit_for_bit(thinned.record(run.name, index), whole.record(run.name, index))
 
 
+def _far_keyframes(lab: Lab, run: str) -> tuple[list[int], int]:
+    """The iterations of a run's keyframes in its far past (a lab without full records: before the
+    newest keyframe by more than SPARSE_AFTER iterations), and the bytes they keep."""
+    from gradviz.engine import record
+
+    h = lab.history[run]
+    far = max(h.keyframes) - record.SPARSE_AFTER
+    kept = [k for k in h.keyframes if k < far]
+    return kept, sum(h.keyframes[k].nbytes for k in kept)
+
+
+def test_a_large_models_far_keyframes_stay_within_their_bytes_and_every_op_is_still_rebuilt_exactly(
+    monkeypatch,
+):
+    # A lab without full records (a large model's) keeps a packed keyframe every few iterations,
+    # some 4 KB an iteration: an hour of Play kept them all. Far back they now thin, their spacing
+    # doubling whenever they outgrow their bytes. Scaled down: a small model recorded the large
+    # models' way, a near past of 60 iterations, and the far past's bytes of about 12 keyframes.
+    from gradviz.engine import record
+
+    scenario = load_builtin("forgot-zero-grad")
+    lab = Lab(scenario, record="light", keyframe_every=3)
+    one = lab.history[lab.runs[0].name].keyframes[0].packed().nbytes
+    monkeypatch.setattr(record, "SPARSE_AFTER", 60)
+    monkeypatch.setattr(record, "FAR_KEYFRAME_BYTES", 12 * one)
+    whole = Lab(scenario, recent=10**9)
+    for iterations in (200, 400, 900):
+        for each in (lab, whole):
+            each.run_iterations(iterations - each.iteration)
+        for run in lab.runs:
+            h = lab.history[run.name]
+            kept, nbytes = _far_keyframes(lab, run.name)
+            assert nbytes <= 12 * one and len(kept) >= 6, (iterations, kept)
+            assert all(k % h.sparse_every == 0 for k in kept)
+            newest = max(h.keyframes)
+            assert [k for k in h.keyframes if k >= newest - 60] == list(range(newest - 60, newest + 1, 3))
+    h = lab.history[lab.runs[0].name]
+    assert h.sparse_every >= 4 * 8 * 3, "the far spacing doubled (twice) as the past grew"
+    tpi = lab.ticks_per_iteration
+    for run in lab.runs:
+        kept, _ = _far_keyframes(lab, run.name)
+        # The op farthest from the far keyframe before it, its neighbours, and the first op.
+        farthest = lab.history[run.name].index_at(kept[2] * tpi - 1)
+        for index in (0, farthest - 1, farthest, farthest + 1):
+            _assert_bit_for_bit(lab.record(run.name, index), whole.record(run.name, index))
+    # Back into the far past and on from there: every op as the first time, thinned the same way.
+    target = kept[1] * tpi + 5
+    for each in (lab, whole):
+        each.seek(target)
+    for _ in range(2 * tpi):
+        for a, b in zip(lab.step(), whole.step(), strict=True):
+            _assert_bit_for_bit(a, b)
+    for run in lab.runs:
+        kept, nbytes = _far_keyframes(lab, run.name)
+        assert nbytes <= 12 * one and kept == sorted(kept)
+
+
 def _traced_growth(lab: Lab, chunks: int, iterations: int) -> list[float]:
     """Bytes traced per iteration over each of ``chunks`` runs of ``iterations`` iterations, kept
     (a collection first each time: cycles torch's profiler hooks leave would count while they wait)."""
