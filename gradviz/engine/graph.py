@@ -1022,7 +1022,7 @@ def replay_graph(lab: Lab, run: str, tick: int, values: int | None = None) -> Gr
             continue
         if t // tpi == iteration:
             copy.graph_observer = capture
-        copy.execute(op, t // tpi, t, "replay")
+        copy.replay(op, t // tpi)
     got = capture.newest()
     if got is None or got[1] is not slot or got[0] != iteration:
         raise UserError(

@@ -270,7 +270,7 @@ class Lab:
             if capturing:
                 last = run.execute(slot, it, t, "full", h.index_at(t))
             else:
-                run.execute(slot, it, t, "replay")
+                run.replay(slot, it)
         return last
 
     def seek(self, tick: int) -> None:
@@ -355,7 +355,7 @@ class Lab:
                 slot = self.schedule[t % tpi][r]
                 if slot is None or not shadow.active:
                     continue
-                shadow.execute(slot, t // tpi, t, "replay")
+                shadow.replay(slot, t // tpi)
                 if slot.op == "step":
                     out.append(shadow.param_copy())
                     if len(out) == block:

@@ -21,7 +21,7 @@ from gradviz.engine.zoo import Batch, Phase, build_task
 if TYPE_CHECKING:
     from gradviz.engine.graph import GraphCapture
 
-Mode = Literal["replay", "bare", "light", "full"]
+Mode = Literal["bare", "light", "full"]
 
 # A diverging run's single-precision norm overflows; _norm then redoes it in double. Numpy's
 # warning about it would fill the terminal during a long Play, and a context that silences it
@@ -200,7 +200,6 @@ class Run:
         An exception from PyTorch (for example ``p.grad`` being ``None`` in a
         manual loop) stops this run with that error, as it would stop the
         user's program; a non-finite loss or parameter marks it diverged.
-        ``replay`` mode repeats ops already checked, so it skips the checks.
         In ``full`` mode the result is the op's record (``index``: its place in the run's history).
         """
         if slot.op == "backward":
@@ -217,11 +216,7 @@ class Run:
         try:
             self._perform(slot, iteration, measure)
         except Exception as exc:
-            self.status = "error"
-            self.error = f"{type(exc).__name__}: {exc}"
-            self._live_loss.clear()
-        if mode == "replay":
-            return None
+            self._stop(exc)
         if slot.op == "forward" and self.last_loss is not None and not math.isfinite(self.last_loss):
             self.status = "diverged"
         if mode == "full":
@@ -232,6 +227,22 @@ class Run:
             return None
         self._measure(slot.op)
         return None
+
+    def replay(self, slot: OpSlot, iteration: int) -> None:
+        """Perform ``slot``'s op again, as it ran the first time: nothing recorded, nothing checked
+        (a replay repeats ops already checked); an exception stops the run as it did then."""
+        if self._hooks:  # only a full record reads what they catch
+            self._catch_fresh_grads(False)
+        try:
+            self._perform(slot, iteration)
+        except Exception as exc:
+            self._stop(exc)
+
+    def _stop(self, exc: Exception) -> None:
+        """Stop this run with ``exc``, as the exception would stop the user's program."""
+        self.status = "error"
+        self.error = f"{type(exc).__name__}: {exc}"
+        self._live_loss.clear()
 
     # ------------------------------------------------------------ recording
     def _record(self, slot: OpSlot, iteration: int, tick: int, index: int) -> OpRecord:
