@@ -122,3 +122,27 @@ def test_recent_reads_like_a_list_of_every_op_and_truncates() -> None:
     for i in range(1000):
         whole.append(i)
     assert whole[0] == 0, "a recording's history keeps every record"
+
+
+def test_while_a_moments_record_is_rebuilt_the_inspector_shows_no_numbers_of_another_moment(qtbot) -> None:
+    from gradviz.gui import fmt
+    from gradviz.gui.views.grads import PENDING, GradsView
+
+    lab, history = _played(1_000)
+    view = GradsView()
+    qtbot.addWidget(view)
+    view.set_lab(history.info)
+    view.draw(Moment(history.info, history, history.last_tick))
+    newest = view.cell("yours", "weight", "value").text()
+    tick = 401  # long thinned: its record waits for the lab to replay it
+    gone_back = Moment(history.info, history, tick)
+    assert history.missing(tick)
+    view.draw(gone_back)
+    for column in ("value", ".grad", "+ backward", "was in .grad", "optimizer state"):
+        assert view.cell("yours", "weight", column).text() == PENDING, column
+    assert view.cell("yours", "weight", "value").text() != newest
+    _fetch(lab, history, tick)
+    view.draw(gone_back)
+    truth = lab.record_at("yours", tick)
+    assert truth is not None
+    assert view.cell("yours", "weight", "value").text() == fmt.array(truth.params["weight"])

@@ -60,6 +60,9 @@ HEADER_TIPS = (
     "The optimizer's state for this parameter: momentum buffer, Adam's moments m (exp_avg) and"
     " v (exp_avg_sq), step count; ‖…‖ is a tensor's norm (every element is in the cell's tooltip)",
 )
+# A run's cells while the record of the moment shown is rebuilt by replay (an op of the thinned past).
+PENDING = "…"
+PENDING_TIP = "Being rebuilt: the lab replays this op from the last state it kept"
 STATE_NAMES = {"momentum_buffer": "momentum", "exp_avg": "m", "exp_avg_sq": "v"}
 # The columns a lesson's quantities put first.
 QUANTITY_COLUMNS = {"value": 1, "grad": 2, "fresh": 3, "stale": 4, "state": STATE}
@@ -768,8 +771,9 @@ class GradsView(QWidget):
                 self.readout.setText(text)
         for run in self.info.runs:
             now = moment.state(run.name)
-            if now is None:
-                continue  # a large model's record is still being rebuilt by the worker
+            if now is None:  # the moment's record is being rebuilt by replay on the lab's thread
+                self._show_pending(run.name)
+                continue
             before = moment.previous(run.name) if moment.op_record(run.name) is not None else now
             back = moment.last_backward(run.name)
             manual = run.spec.optimizer.kind == "manual"
@@ -785,6 +789,19 @@ class GradsView(QWidget):
         if self._refit:  # new text may need other widths or taller rows
             self._refit = False
             self._fit()
+
+    def _show_pending(self, run: str) -> None:
+        """Show a run's cells as waiting: until its record comes, no numbers of another moment."""
+        for r in self.shown_rows:
+            if r.run != run:
+                continue
+            row = self.rows[(r.run, r.name)]
+            for col in range(NAME + 1, len(COLUMNS)):
+                self._set(row, col, None, "na", False, PENDING)
+            if self._state_tips.pop(row, None) is not None:
+                item = self.table.item(row, STATE)
+                assert item is not None  # every cell is filled when the rows are built
+                item.setToolTip(PENDING_TIP)
 
     def _draw_param(
         self, row: int, param: str, now: Any, before: Any, back: Any, manual: bool, just: bool
