@@ -338,14 +338,13 @@ class Keyframe:
 # smallest models, whose keyframes are mostly the objects around a few floats); rebuilding one of
 # those ops replays at most this many iterations, about as long as a plain PyTorch loop of them takes.
 THINNED_EVERY = 50
-# Further back than this many iterations before the records kept (or, without records, before the
-# newest keyframe), keyframes are eight times sparser: a small model keeps a few hundred bytes of
-# objects per keyframe, so an hour of fast Play (millions of iterations) keeps thousands of
-# keyframes rather than a hundred thousand, and an op that far back is rebuilt by replaying up to
-# SPARSE_EVERY iterations (tens of ms).
+# Further back than SPARSE_AFTER iterations before the records kept (or, without records, before
+# the newest keyframe), keyframes are SPARSE_FACTOR times sparser: a small model keeps a few hundred
+# bytes of objects per keyframe, so an hour of fast Play (millions of iterations) keeps thousands
+# of keyframes rather than a hundred thousand, and an op that far back is rebuilt by replaying up
+# to 400 iterations (tens of ms).
 SPARSE_AFTER = 10_000
 SPARSE_FACTOR = 8
-SPARSE_EVERY = SPARSE_FACTOR * THINNED_EVERY
 # Bytes the keyframes of that far past may keep per run. Where they would keep more (a large model
 # keeps some 4 KB of keyframe per iteration, over 100 MB a minute of full-speed Play), every other one
 # is dropped and their spacing doubles: memory stays bounded however long Play runs, and an op that

@@ -150,11 +150,12 @@ def test_seek_far_into_a_long_thinned_past_lands_where_a_lab_that_kept_every_rec
 
 
 def test_keyframes_far_back_grow_sparser_and_their_ops_are_still_rebuilt_bit_for_bit():
-    from gradviz.engine.record import SPARSE_AFTER, SPARSE_EVERY
+    from gradviz.engine.record import SPARSE_AFTER, SPARSE_FACTOR
 
     scenario = load_builtin("forgot-zero-grad")
     thinned, whole = Lab(scenario, recent=400), Lab(scenario, recent=10**9)
-    iterations = SPARSE_AFTER + 3 * SPARSE_EVERY + 11
+    sparse_every = SPARSE_FACTOR * THINNED_EVERY  # a small model's far spacing (its bytes never double it)
+    iterations = SPARSE_AFTER + 3 * sparse_every + 11
     for lab in (thinned, whole):
         lab.run_iterations(iterations)
     tpi = thinned.ticks_per_iteration
@@ -163,11 +164,11 @@ def test_keyframes_far_back_grow_sparser_and_their_ops_are_still_rebuilt_bit_for
         first_kept = h.recent[0].iteration
         far = first_kept - SPARSE_AFTER
         kept = list(h.keyframes)
-        assert [k for k in kept if k < far] == list(range(0, far, SPARSE_EVERY)), "sparse far back"
+        assert [k for k in kept if k < far] == list(range(0, far, sparse_every)), "sparse far back"
         nearer = [k for k in kept if far <= k < first_kept]
         assert nearer == list(range(-(-far // THINNED_EVERY) * THINNED_EVERY, first_kept, THINNED_EVERY))
         # The op farthest from the sparse keyframe before it, and its neighbours.
-        farthest = h.index_at((2 * SPARSE_EVERY) * tpi - 1)
+        farthest = h.index_at((2 * sparse_every) * tpi - 1)
         for index in (farthest - 1, farthest, farthest + 1, h.index_at(far * tpi)):
             _assert_bit_for_bit(thinned.record(run.name, index), whole.record(run.name, index))
 
