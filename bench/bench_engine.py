@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from gradviz.engine.collector import set_aside_imports
 from gradviz.engine.lab import Lab, set_threads
-from gradviz.engine.record import THINNED_EVERY
+from gradviz.engine.record import FAR_KEYFRAME_BYTES, SPARSE_AFTER, THINNED_EVERY
 from gradviz.engine.run import Run
 from gradviz.engine.scenario import loads_scenario
 
@@ -182,7 +182,9 @@ def _mlp(args: argparse.Namespace) -> None:
     lab = Lab(loads_scenario(MLP, "bench"))
     per_it = memory_per_iteration(lab, 0, n)
     _row("history per iteration", f"{per_it:.0f} B", f"over {n} iterations {_verdict(per_it, MEMORY_TARGET)}")
-    _row("", "", f"(a packed keyframe every {lab.keyframe_every} iterations)")
+    far = f"{FAR_KEYFRAME_BYTES / 2**20:.0f} MB"
+    _row("", "", f"(a packed keyframe every {lab.keyframe_every} iterations; more than {SPARSE_AFTER:,}")
+    _row("", "", f"iterations back, at most {far} of them a run: bench_soak.py --scenario)")
     _rebuild_rows(lab, lab.keyframe_every, "op")
 
 
