@@ -580,6 +580,9 @@ class RunHistory:
         iteration = max(tick + 1, 0) // tpi
         self._thinned_to = min(self._thinned_to, iteration)
         self._sparse_to = min(self._sparse_to, iteration)
+        # The far keyframes left are within their bytes at any spacing down to the first: the
+        # next thinning doubles it again only where what is made from here on needs it.
+        self._doublings = 0
         self._count_far_bytes()
         keep = self.index_at(tick) + 1
         del self.recent[max(keep - self.recent_from, 0) :]

@@ -228,6 +228,14 @@ def test_a_large_models_far_keyframes_stay_within_their_bytes_and_every_op_is_st
     for run in lab.runs:
         kept, nbytes = _far_keyframes(lab, run.name)
         assert nbytes <= 12 * one and kept == sorted(kept)
+    # Back to the start, the far past is gone, and so is its spacing: Play again keeps as at first.
+    for each in (lab, whole):
+        each.seek(-1)
+        each.run_iterations(200)
+    for run in lab.runs:
+        assert lab.history[run.name].sparse_every == 8 * 3
+        for index in (0, len(lab.history[run.name]) // 3):
+            _assert_bit_for_bit(lab.record(run.name, index), whole.record(run.name, index))
 
 
 def _traced_growth(lab: Lab, chunks: int, iterations: int) -> list[float]:
