@@ -306,3 +306,44 @@ def test_a_norm_past_single_precision_is_exact_in_double_and_prints_no_numpy_war
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert float(done.stdout) == pytest.approx(2e30, rel=1e-6)
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize("recorded", ["light", "full"])
+def test_random_steps_and_seeks_over_a_thinned_far_past_rebuild_every_op_as_it_ran(monkeypatch, recorded):
+    # Far keyframes thinned and their spacing doubled, truncated by seeks back and made again:
+    # any op asked for at any point is the op a lab that kept every record has. Two runs, one of
+    # them holding a parameter outside its model; scaled down: a near past of 40 iterations, and
+    # the far past's bytes of a few keyframes.
+    import random
+
+    from gradviz.engine import record
+
+    scenario = load_builtin("net-vs-optimizer-zero-grad").with_overrides(iterations=5000)
+    if recorded == "light":
+        lab = Lab(scenario, record="light", keyframe_every=3)
+    else:
+        lab = Lab(scenario, recent=200)
+    one = max(k.packed().nbytes for h in lab.history.runs.values() for k in h.keyframes.values())
+    monkeypatch.setattr(record, "SPARSE_AFTER", 40)
+    monkeypatch.setattr(record, "FAR_KEYFRAME_BYTES", 6 * one)
+    whole = Lab(scenario, recent=10**9)
+    rng = random.Random(7)
+    doubled = False
+    for _ in range(25):
+        if rng.random() < 0.7:
+            iterations = rng.randrange(1, 120)
+            for each in (lab, whole):
+                each.run_iterations(iterations)
+        else:
+            tick = rng.randrange(-1, lab.tick)
+            for each in (lab, whole):
+                each.seek(tick)
+        for run in lab.runs:
+            h = lab.history[run.name]
+            assert len(h) == len(whole.history[run.name])
+            doubled |= h.sparse_every > 8 * h.spacing
+            far = [k for k in h.keyframes if 0 < k < h._sparse_to]
+            assert sum(h.keyframes[k].nbytes for k in far) <= 6 * one
+            for index in rng.sample(range(len(h)), min(3, len(h))):
+                _assert_bit_for_bit(lab.record(run.name, index), whole.record(run.name, index))
+    assert doubled or recorded == "full", "the far spacing doubled along the way"
