@@ -27,6 +27,7 @@ import statistics
 import time
 import tracemalloc
 from collections.abc import Callable
+from pathlib import Path
 
 from gradviz.engine.collector import set_aside_imports
 from gradviz.engine.lab import Lab, set_threads
@@ -52,19 +53,9 @@ lr = 0.05
 momentum = 0.9
 """
 
-MLP = """
-name = "bench-mlp-17k"
-[model]
-kind = "mlp"
-widths = [128, 128]
-[data]
-kind = "wave"
-n = 1000
-batch_size = 32
-[optimizer]
-kind = "Adam"
-lr = 0.001
-"""
+# A large model (its lab keeps no full records), in a file of its own so that the soak can play it
+# too: ``bench_soak.py --scenario bench/mlp-17k.toml``.
+MLP = (Path(__file__).parent / "mlp-17k.toml").read_text()
 
 
 def overhead(text: str, iterations: int, rounds: int) -> tuple[float, float, Lab]:
@@ -184,7 +175,8 @@ def _mlp(args: argparse.Namespace) -> None:
     _row("history per iteration", f"{per_it:.0f} B", f"over {n} iterations {_verdict(per_it, MEMORY_TARGET)}")
     far = f"{FAR_KEYFRAME_BYTES / 2**20:.0f} MB"
     _row("", "", f"(a packed keyframe every {lab.keyframe_every} iterations; more than {SPARSE_AFTER:,}")
-    _row("", "", f"iterations back, at most {far} of them a run: bench_soak.py --scenario)")
+    _row("", "", f"iterations back, at most {far} of them a run:")
+    _row("", "", "bench_soak.py --scenario bench/mlp-17k.toml)")
     _rebuild_rows(lab, lab.keyframe_every, "op")
 
 
