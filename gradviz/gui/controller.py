@@ -126,6 +126,7 @@ class Controller(QObject):
         self.playing = False
         self.speed = 4
         self._fetching = False
+        self._fetched_for = -1  # the cursor the records being rebuilt are for
         self._replaying = False
         self._last_play_step = 0.0
         self._play_timer = QTimer(self)
@@ -405,6 +406,7 @@ class Controller(QObject):
         keys = self.history.missing(self.cursor)
         if keys:
             self._fetching = True
+            self._fetched_for = self.cursor
             self._fetch.emit(keys, self.generation)
 
     def _on_fetched(self, records: dict[Any, Any], generation: int) -> None:
@@ -413,6 +415,8 @@ class Controller(QObject):
             return
         self.history.add_fetched(records)
         self.changed.emit()
+        if self.cursor != self._fetched_for:  # it moved on meanwhile: what it is at now
+            self._fetch_missing()
 
     # ------------------------------------------------------------------ play
     def set_speed(self, ops_per_second: int) -> None:
