@@ -5,28 +5,14 @@ from __future__ import annotations
 
 from gui_helpers import settle
 
-# A model large enough that its lab keeps no full records: every moment's record is rebuilt.
-LARGE = """
-name = "mlp-light"
-[model]
-kind = "mlp"
-widths = [64, 64]
-[data]
-kind = "wave"
-n = 256
-batch_size = 32
-[optimizer]
-kind = "SGD"
-lr = 0.01
-momentum = 0.9
-"""
+from tests.engine.helpers import MLP  # large enough that its lab keeps no full records
 
 
 def test_a_moment_reached_while_another_is_being_rebuilt_gets_its_records_too(open_window, qtbot) -> None:
     from gradviz.engine import loads_scenario
     from gradviz.gui.views.grads import PENDING
 
-    w = open_window(loads_scenario(LARGE, "test").with_overrides(iterations=1000))
+    w = open_window(loads_scenario(MLP, "test").with_overrides(iterations=1000))
     c = w.controller
     assert c.history is not None and not c.history.info.full_records
     c.set_speed(0)
