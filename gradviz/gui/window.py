@@ -604,7 +604,7 @@ class MainWindow(QMainWindow):
 
     def _scrub(self, x: float) -> None:
         self.controller.pause()
-        # Tick t occupies [t, t + 1) on the timeline (its cell of the op tape; its points sit at t + 0.5).
+        # Tick t occupies [t, t + 1) on the timeline (its cell of the op strip; its points sit at t + 0.5).
         self.controller.seek(x)
 
     def _on_playing(self, playing: bool) -> None:

@@ -89,7 +89,7 @@ def test_all_four_views_and_a_png_folder(export, tmp_path: Path) -> None:
     with Image.open(out / "frame-0003.png") as im:
         frame = np.asarray(im.convert("RGB"))
     assert frame.shape == (600, 800, 3)
-    # The timeline's ops tape shows the op colours; the code panel highlights the line that ran.
+    # The timeline's op strip shows the op colours; the code panel highlights the line that ran.
     assert colour_count(frame, "#E69F00") > 0 and colour_count(frame, "#ffe1c7") > 100
 
 

@@ -198,7 +198,7 @@ def test_the_timeline_of_the_first_frame_ends_at_its_tick(qapp, scenario: str) -
                     x, _ = curve.getData()
                     if x is not None and len(x):
                         assert x.max() <= tick + 0.5, (key, k)
-            image = timeline.tape_image.image
+            image = timeline.strip_image.image
             assert image is not None and image.shape[0] == tick + 1
             # The curves do hold every op up to the frame's.
             x, _ = timeline.curves["loss"][0].getData()

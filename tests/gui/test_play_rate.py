@@ -174,8 +174,8 @@ def test_full_speed_frames_show_the_newest_op_and_skip_the_ones_between(open_win
     assert ticks[-1] - ticks[0] > 2 * len(frames)
 
 
-def test_the_op_tape_shows_no_more_columns_for_a_long_history(qtbot) -> None:
-    from gradviz.gui.views.timeline import _TAPE_RGBA, OPS, TAPE_COLUMNS, TimelineView
+def test_the_op_strip_shows_no_more_columns_for_a_long_history(qtbot) -> None:
+    from gradviz.gui.views.timeline import _STRIP_RGBA, OPS, STRIP_COLUMNS, TimelineView
 
     view = TimelineView()
     qtbot.addWidget(view)
@@ -187,26 +187,26 @@ def test_the_op_tape_shows_no_more_columns_for_a_long_history(qtbot) -> None:
         read.append(stop - start)
         return codes[start:stop]
 
-    short, long = view._tape_columns(2_000, codes_of), view._tape_columns(50_000, codes_of)
+    short, long = view._strip_columns(2_000, codes_of), view._strip_columns(50_000, codes_of)
     assert len(short) == 2_000, "a tick per column while they fit"
-    assert TAPE_COLUMNS // 2 <= len(long) <= TAPE_COLUMNS + 1
+    assert STRIP_COLUMNS // 2 <= len(long) <= STRIP_COLUMNS + 1
     # A column is the mean colour of the ticks it stands for.
-    k = view._tape_k
-    assert np.allclose(long[0], _TAPE_RGBA[codes[:k]].mean(axis=0), atol=1)
-    assert np.array_equal(short, _TAPE_RGBA[codes[:2_000]])
+    k = view._strip_k
+    assert np.allclose(long[0], _STRIP_RGBA[codes[:k]].mean(axis=0), atol=1)
+    assert np.array_equal(short, _STRIP_RGBA[codes[:2_000]])
     read.clear()
-    view._tape_columns(50_100, codes_of)
+    view._strip_columns(50_100, codes_of)
     assert sum(read) <= 100 + k, "one more frame reads its new ticks (and the column they complete)"
     # Past twice as many ticks each column stands for twice as many: the ticks read before are not
     # read again, but for a column's as it completes.
     read.clear()
     for n in range(50_100, 120_001, 700):
-        drawn = view._tape_columns(n, codes_of)
-    assert view._tape_k == 2 * k and sum(read) <= 2 * (120_000 - 50_100)
+        drawn = view._strip_columns(n, codes_of)
+    assert view._strip_k == 2 * k and sum(read) <= 2 * (120_000 - 50_100)
     full = n // (2 * k) * (2 * k)
-    whole = _TAPE_RGBA[codes[:full]].reshape(-1, 2 * k, 2, 4).mean(axis=1)
+    whole = _STRIP_RGBA[codes[:full]].reshape(-1, 2 * k, 2, 4).mean(axis=1)
     assert np.allclose(drawn[: len(whole)], whole, atol=1)
-    assert np.allclose(drawn[-1], _TAPE_RGBA[codes[full:n]].mean(axis=0), atol=1), "the partial column"
+    assert np.allclose(drawn[-1], _STRIP_RGBA[codes[full:n]].mean(axis=0), atol=1), "the partial column"
 
 
 def _bowl() -> np.ndarray:

@@ -1,5 +1,5 @@
 """The timeline read at a glance: zeros on a labelled floor, every series named at its end, tick
-labels apart at any type size, the bytes saved for backward over time, an ops tape that does not
+labels apart at any type size, the bytes saved for backward over time, an op strip that does not
 rest on colour alone; and default exports that put a lesson's evidence on the slide."""
 
 from __future__ import annotations
@@ -163,14 +163,14 @@ def test_a_lab_that_measures_nothing_has_no_saved_row(open_window, qtbot) -> Non
     assert "saved" not in w.timeline.legend.text()
 
 
-# -------------------------------------------------------------- ops tape
-def test_each_op_on_the_tape_carries_its_letter(open_window, qtbot) -> None:
+# -------------------------------------------------------------- op strip
+def test_each_op_on_the_strip_carries_its_letter(open_window, qtbot) -> None:
     from gradviz.gui.theme import OP_LETTERS
     from gradviz.gui.views.timeline import letter_symbol
 
     w = open_window("standard-loop")
     _step(qtbot, w, 4)
-    points = w.timeline.tape_letters.points()
+    points = w.timeline.strip_letters.points()
     order = sorted(points, key=lambda p: p.pos().x())
     rt = w.controller.history.runs["yours"]
     assert [p.pos().x() for p in order] == [t + 0.5 for t in rt.ticks]
@@ -178,8 +178,8 @@ def test_each_op_on_the_tape_carries_its_letter(open_window, qtbot) -> None:
     assert [OP_LETTERS[op] for op in rt.ops] == ["Z", "F", "B", "S"]
 
 
-def test_the_tape_shows_each_runs_op_at_its_tick_and_nothing_where_it_waits(open_window, qtbot) -> None:
-    from gradviz.gui.views.timeline import _TAPE_RGBA, OPS
+def test_the_strip_shows_each_runs_op_at_its_tick_and_nothing_where_it_waits(open_window, qtbot) -> None:
+    from gradviz.gui.views.timeline import _STRIP_RGBA, OPS
 
     w = open_window("forgot-zero-grad")
     _step(qtbot, w, 13)
@@ -190,21 +190,21 @@ def test_the_tape_shows_each_runs_op_at_its_tick_and_nothing_where_it_waits(open
     for r, run in enumerate(info.runs):
         rt = history.runs[run.name]
         for tick, op in zip(rt.ticks, rt.ops, strict=True):
-            want[tick, len(info.runs) - 1 - r] = _TAPE_RGBA[1 + OPS.index(op)]
+            want[tick, len(info.runs) - 1 - r] = _STRIP_RGBA[1 + OPS.index(op)]
     assert (want[..., 3] == 0).any(), "yours waits while the reference zeroes"
-    assert np.array_equal(w.timeline.tape_image.image, want)
+    assert np.array_equal(w.timeline.strip_image.image, want)
     c = w.controller
-    c.seek(5)  # back: the tape ends at the moment shown where a lesson hides the future, else stays
+    c.seek(5)  # back: the strip ends at the moment shown where a lesson hides the future, else stays
     w.redraw()
-    assert np.array_equal(w.timeline.tape_image.image[:n], want[: len(w.timeline.tape_image.image)])
+    assert np.array_equal(w.timeline.strip_image.image[:n], want[: len(w.timeline.strip_image.image)])
 
 
 def test_the_time_axis_marks_whole_ticks_only_however_few_ops(open_window, qtbot) -> None:
     w = open_window("standard-loop")
     _step(qtbot, w, 3)  # three ops: pyqtgraph alone would mark every half tick
     w.redraw()
-    axis = w.timeline.plots["tape"].getAxis("bottom")
-    (x0, x1), _ = w.timeline.plots["tape"].viewRange()
+    axis = w.timeline.plots["ops"].getAxis("bottom")
+    (x0, x1), _ = w.timeline.plots["ops"].viewRange()
     marks = [v for _, values in axis.tickValues(x0, x1, axis.width()) for v in values]
     assert len(marks) >= 3
     assert all(float(v).is_integer() for v in marks), marks
@@ -217,15 +217,15 @@ def test_letters_give_way_where_ops_are_too_dense_to_letter(open_window, qtbot, 
     c.play_until(119)  # of the scenario's 160 ops: too many for a letter each
     qtbot.waitUntil(lambda: not c.playing and not c.busy, timeout=60000)
     w.redraw()
-    letters = w.timeline.tape_letters
+    letters = w.timeline.strip_letters
     assert len(letters.points()) == 0
     handed = []
     monkeypatch.setattr(letters, "setData", lambda *a, **k: handed.append(a))
     _step(qtbot, w, 3)
     w.redraw()
     assert c.history.last_tick == 122
-    assert handed == [], "no letters to show: the tape's letters are not drawn again every frame"
-    box = w.timeline.plots["tape"].getViewBox()
+    assert handed == [], "no letters to show: the strip's letters are not drawn again every frame"
+    box = w.timeline.plots["ops"].getViewBox()
     monkeypatch.undo()
     last = c.history.last_tick
     box.setXRange(last - 9, last + 1, padding=0)  # zoomed in: cells wide enough for a letter again

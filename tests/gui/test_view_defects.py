@@ -183,16 +183,16 @@ def test_the_timeline_legend_keeps_its_entries_apart(open_window, qtbot) -> None
 @pytest.mark.parametrize(
     ("scenario", "runs"), [("manual-sgd", 1), ("forgot-zero-grad", 2), ("grad-accumulation", 3)]
 )
-def test_the_ops_tape_has_a_readable_band_per_run(open_window, qtbot, scenario, runs) -> None:
+def test_the_op_strip_has_a_readable_band_per_run(open_window, qtbot, scenario, runs) -> None:
     w = open_window(scenario)
     _step(qtbot, w, 8)
     tl = w.timeline
-    band = tl.plots["tape"].getViewBox().height()
+    band = tl.plots["ops"].getViewBox().height()
     assert band >= 10 * max(runs, 2), (scenario, band)
-    # Nothing of the plots runs under the legend, and the tape's numbers are inside the plot area.
+    # Nothing of the plots runs under the legend, and the strip's numbers are inside the plot area.
     assert tl.graphics.geometry().bottom() < tl.legend.geometry().top()
-    tape = tl.plots["tape"].mapRectToScene(tl.plots["tape"].boundingRect())
-    assert tape.bottom() <= tl.graphics.height() + 1, (tape, tl.graphics.height())
+    strip = tl.plots["ops"].mapRectToScene(tl.plots["ops"].boundingRect())
+    assert strip.bottom() <= tl.graphics.height() + 1, (strip, tl.graphics.height())
 
 
 # --------------------------------------------------------------- loss curve

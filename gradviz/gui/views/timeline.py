@@ -1,5 +1,5 @@
 """The timeline: loss, gradient norm, what autograd holds and walks, and the distance between
-runs against op tick, over the op tape.
+runs against op tick, over the op strip.
 
 Clicking or dragging anywhere on it scrubs history: every view then shows that
 moment. On the log axes a zero (a ``.grad`` that is ``None`` or all zeros) sits
@@ -9,7 +9,7 @@ ends with a cross. Where the lab measures its footprint (engine/footprint.py),
 a saved row shows the bytes held for backward after every op and a walked row
 the nodes each ``backward()`` walked (where the lesson asks about them). Each
 run's series ends in its marker labelled with its name, and each cell of the
-op tape carries its op's letter as well as its colour.
+op strip carries its op's letter as well as its colour.
 """
 
 from __future__ import annotations
@@ -37,20 +37,20 @@ OPS = ("zero_grad", "forward", "backward", "step")
 # A curve keeps at most this many buckets of points (two drawn per bucket): more than a
 # timeline has pixels across, so a long history costs each frame no more than a short one.
 CURVE_BUCKETS = 512
-# The op tape's image keeps at most this many columns: beyond, a column is the mean colour
+# The op strip's image keeps at most this many columns: beyond, a column is the mean colour
 # of the ticks it stands for (ops too dense to tell apart read as their mix).
-TAPE_COLUMNS = 2048
+STRIP_COLUMNS = 2048
 # Ticks whose colours are made at a time when they are averaged into columns.
-TAPE_BLOCK = 1 << 16
+STRIP_BLOCK = 1 << 16
 AXIS_WIDTH = 48
 LABEL_WIDTH = 70
 
 
 # Pixels of axis height per tick label at the normal type size: labels stay apart.
 PX_PER_LABEL = 15
-# Height of one run's band of the op tape at the normal type size, in pixels.
-TAPE_ROW_PX = 10
-ROWS = ("loss", "grad", "saved", "nodes", "distance", "tape")
+# Height of one run's band of the op strip at the normal type size, in pixels.
+STRIP_ROW_PX = 10
+ROWS = ("loss", "grad", "saved", "nodes", "distance", "ops")
 ROW_INDEX = {key: i for i, key in enumerate(ROWS)}
 ROW_STRETCH = {"loss": 3, "grad": 2, "saved": 2, "nodes": 2, "distance": 2}
 ROW_NAMES = {
@@ -59,7 +59,7 @@ ROW_NAMES = {
     "saved": "saved",
     "nodes": "walked",
     "distance": "distance",
-    "tape": "ops",
+    "ops": "ops",
 }
 QWIDGETSIZE_MAX = 16777215
 # The least height of a curve row's plot area at the normal type size: room for two tick labels apart.
@@ -83,7 +83,7 @@ GROWTH = 0.25
 # How the time axis grows when the newest op passes its end: stepped by hand, and while Play runs.
 X_GROWTH = 1.25
 X_GROWTH_PLAYING = 2.0
-# The op tape shows its letters once a tick's cell is at least this many times a letter's height wide.
+# The op strip shows its letters once a tick's cell is at least this many times a letter's height wide.
 LETTER_ROOM = 0.9
 
 
@@ -229,7 +229,7 @@ class PeakLine:
     def update(self, ticks: Any, y: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
         """The points to draw for the first ``n`` ops: ``ticks`` and raw ``y`` are sequences that grow.
 
-        A tick's point sits in the middle of its cell of the tape (``tick + 0.5``); ``y``
+        A tick's point sits in the middle of its cell of the strip (``tick + 0.5``); ``y``
         goes through ``values`` (log10 for a log axis) as it is read.
         """
         if n < self._n:
@@ -914,7 +914,7 @@ def _end_of(x: np.ndarray, y: np.ndarray, name: str) -> tuple[float, float, str]
 
 
 class TimelineView(QWidget):
-    """Loss, gradient norm, run distance and op tape; emits ``scrubbed(tick)``."""
+    """Loss, gradient norm, run distance and op strip; emits ``scrubbed(tick)``."""
 
     scrubbed = Signal(float)
 
@@ -967,7 +967,7 @@ class TimelineView(QWidget):
             # The values axis changes only with the range: painted from a pixmap while the curves
             # grow (as the bottom one is, see axes.py).
             plot.getAxis("left").setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
-            if key != "tape":
+            if key != "ops":
                 plot.getAxis("bottom").setStyle(showValues=False)
             if key != "loss":
                 plot.setXLink(self.plots["loss"])
@@ -978,7 +978,7 @@ class TimelineView(QWidget):
             self.plots[key] = plot
         # Each curve row's y range is set from the points it is handed (see fitted_span), before
         # it is painted: pyqtgraph's auto-range would move it during the paint and paint again.
-        # The x range is the loss row's, set by draw, and the tape's y its runs.
+        # The x range is the loss row's, set by draw, and the strip's y its runs.
         self._fitted: dict[str, tuple[float, float]] = {}
         # Whether Play runs (the ranges grow with room to spare) and, then, each log row's span
         # of positive values its floor band is placed by.
@@ -990,18 +990,18 @@ class TimelineView(QWidget):
             self.plots[key].getViewBox().sigResized.connect(functools.partial(self._fit_row, key))
         for key, stretch in ROW_STRETCH.items():
             self.graphics.ci.layout.setRowStretchFactor(ROW_INDEX[key], stretch)
-        # The tape keeps a fixed height: a readable band per run, whatever room the curves get.
-        self.graphics.ci.layout.setRowStretchFactor(ROW_INDEX["tape"], 0)
+        # The strip keeps a fixed height: a readable band per run, whatever room the curves get.
+        self.graphics.ci.layout.setRowStretchFactor(ROW_INDEX["ops"], 0)
         self._point_size = 10.0
-        self.tape_image = pg.ImageItem()
-        self.plots["tape"].addItem(self.tape_image)
-        # Each op's letter on its cell of the tape, where cells are wide enough to hold one.
-        self.tape_letters = Scatter(pxMode=True, pen=None, brush=pg.mkBrush("#000000"))
-        self.tape_letters.setZValue(10)
-        self.plots["tape"].addItem(self.tape_letters, ignoreBounds=True)
+        self.strip_image = pg.ImageItem()
+        self.plots["ops"].addItem(self.strip_image)
+        # Each op's letter on its cell of the strip, where cells are wide enough to hold one.
+        self.strip_letters = Scatter(pxMode=True, pen=None, brush=pg.mkBrush("#000000"))
+        self.strip_letters.setZValue(10)
+        self.plots["ops"].addItem(self.strip_letters, ignoreBounds=True)
         self._letters_key: tuple[Any, ...] | None = None
-        self.plots["tape"].getViewBox().sigRangeChanged.connect(self._draw_letters)
-        self.plots["tape"].getViewBox().sigResized.connect(self._draw_letters)
+        self.plots["ops"].getViewBox().sigRangeChanged.connect(self._draw_letters)
+        self.plots["ops"].getViewBox().sigResized.connect(self._draw_letters)
         self._moment: Moment | None = None
         # Lines grow at their ends (GrowingLine); the walked row's markers are a PlotDataItem.
         self.curves: dict[str, list[GrowingLine | pg.PlotDataItem]] = {key: [] for key in ROW_MIN_PX}
@@ -1019,13 +1019,13 @@ class TimelineView(QWidget):
         self.floors: dict[str, Floor | None] = dict.fromkeys(LOG_ROWS)
         # The footprint rows this lab fills.
         self.footprint_rows: tuple[str, ...] = ()
-        self._tape_n = 0
-        self._tape_k = 1  # ticks per column of the image shown
-        self._tape_done = 0  # ticks already averaged into whole columns
-        self._tape_means = np.zeros((0, 1, 4))
+        self._strip_n = 0
+        self._strip_k = 1  # ticks per column of the image shown
+        self._strip_done = 0  # ticks already averaged into whole columns
+        self._strip_means = np.zeros((0, 1, 4))
         # The last, partial column: its first tick, the tick it is summed up to, the sum of its colours.
-        self._tape_part: tuple[int, int, Any] = (0, 0, 0.0)
-        self._tape_rect = (0, 0)  # the ticks and runs the tape's image spans
+        self._strip_part: tuple[int, int, Any] = (0, 0, 0.0)
+        self._strip_rect = (0, 0)  # the ticks and runs the strip's image spans
         self.ends: list[Scatter] = []
         # What each curve and end cross was last handed: a row whose data did not change is not
         # handed it again (each hand-over makes pyqtgraph repaint the item).
@@ -1088,7 +1088,7 @@ class TimelineView(QWidget):
         ]
 
     def _size_rows(self) -> None:
-        """Give each curve row room for two tick labels and the tape a fixed band per run."""
+        """Give each curve row room for two tick labels and the strip a fixed band per run."""
         scale = self._point_size / 10
         runs = max(len(self.info.runs), 1) if self.info is not None else 1
         layout = self.graphics.ci.layout
@@ -1100,18 +1100,18 @@ class TimelineView(QWidget):
             self.plots[key].setMaximumHeight(QWIDGETSIZE_MAX if on else 0)
             self.row_labels[key].setMaximumHeight(QWIDGETSIZE_MAX if on else 0)
             layout.setRowStretchFactor(ROW_INDEX[key], ROW_STRETCH[key] if on else 0)
-        # Two bands at least, so that a single run's tape is not a sliver either.
-        band = int(TAPE_ROW_PX * scale * max(runs, 2))
+        # Two bands at least, so that a single run's strip is not a sliver either.
+        band = int(STRIP_ROW_PX * scale * max(runs, 2))
         # The op axis holds its numbers whole; the legend says what they count, which leaves
         # the room an axis title would take to the rows.
-        op_axis = self.plots["tape"].getAxis("bottom")
+        op_axis = self.plots["ops"].getAxis("bottom")
         axis = QFontMetrics(op_axis.style["tickFont"] or QFont()).height() + 12
         op_axis.setHeight(axis)
-        tape = self.plots["tape"]
-        tape.getViewBox().setMinimumHeight(band)
-        tape.getViewBox().setMaximumHeight(band)
-        tape.setMinimumHeight(band + axis)
-        tape.setMaximumHeight(band + axis)
+        strip = self.plots["ops"]
+        strip.getViewBox().setMinimumHeight(band)
+        strip.getViewBox().setMaximumHeight(band)
+        strip.setMinimumHeight(band + axis)
+        strip.setMaximumHeight(band + axis)
         # Each curve plot is its view box plus two pixels of (hidden) bottom axis.
         rows = sum(int(ROW_MIN_PX[k] * scale) + 2 for k in shown)
         margins = layout.getContentsMargins()
@@ -1132,7 +1132,7 @@ class TimelineView(QWidget):
         for label in self.row_labels.values():
             label.setText(label.text, size=f"{size * 0.85:g}pt", color=self.theme.text)
             label.setFixedWidth(int(LABEL_WIDTH * size / 10))
-        self.tape_letters.setSize(self._letter_px())
+        self.strip_letters.setSize(self._letter_px())
         self._letters_key = None
         self._style_end_labels()
         self._size_rows()
@@ -1161,12 +1161,12 @@ class TimelineView(QWidget):
                 self.plots[key].removeItem(c)
             curves.clear()
             self.lines[key].clear()
-        self._tape_n = 0
-        self._tape_k = 1
-        self._tape_rect = (0, 0)
+        self._strip_n = 0
+        self._strip_k = 1
+        self._strip_rect = (0, 0)
         self._letters_key = None
         self._moment = None  # a moment of the lab before
-        self.tape_letters.setData([], [])
+        self.strip_letters.setData([], [])
         for e in self.ends:
             self.plots["loss"].removeItem(e)
         self.ends = []
@@ -1209,11 +1209,11 @@ class TimelineView(QWidget):
         self.plots["distance"].setToolTip(f"‖θ(run) − θ({first})‖ for {others}")
         self.plots["saved"].setToolTip("Bytes of tensors autograd holds saved for backward after each op")
         self.plots["nodes"].setToolTip("Autograd nodes each backward() walked")
-        tape = self.plots["tape"]
-        tape.getAxis("left").setTicks([[]])
-        tape.setYRange(0, len(info.runs), padding=0)
+        strip = self.plots["ops"]
+        strip.getAxis("left").setTicks([[]])
+        strip.setYRange(0, len(info.runs), padding=0)
         order = " / ".join(r.name for r in info.runs)
-        tape.setToolTip(f"One row per run, top to bottom: {order}")
+        strip.setToolTip(f"One row per run, top to bottom: {order}")
         self._size_rows()
         self._legend_text()
 
@@ -1240,7 +1240,7 @@ class TimelineView(QWidget):
         ops = gap.join(
             entry(f"<span style='color:{OP_COLORS[op]}'>■</span> {OP_LETTERS[op]} {op}") for op in OPS
         )
-        groups = [runs, entry("ops tape by tick, a row per run:") + " " + ops]
+        groups = [runs, entry("op strip by tick, a row per run:") + " " + ops]
         if "saved" in self.footprint_rows:
             groups.append(entry("saved: bytes held for backward"))
         if "nodes" in self.footprint_rows:
@@ -1386,7 +1386,7 @@ class TimelineView(QWidget):
             self._hand(curve, *line.update(history.distance_ticks, column, shown))
         for key in ROW_MIN_PX:
             self._fit_row(key)
-        self._draw_tape(moment)
+        self._draw_strip(moment)
 
     def set_growing(self, on: bool) -> None:
         """While ``on`` (Play runs) the rows' ranges grow with room to spare (:func:`grown_span`) and
@@ -1456,34 +1456,34 @@ class TimelineView(QWidget):
         """How many points the curves were last handed, over every row and run."""
         return sum(line.drawn for lines in self.lines.values() for line in lines)
 
-    def _draw_tape(self, moment: Moment) -> None:
-        """The op tape as an image, a column per tick (or the mean colour of a few): only the
+    def _draw_strip(self, moment: Moment) -> None:
+        """The op strip as an image, a column per tick (or the mean colour of a few): only the
         columns of new ticks are made, from the ops the window's history foretells."""
         info = self.info
         assert info is not None
         runs = len(info.runs)
         n = max(moment.horizon + 1, 1)
-        if n < self._tape_n:  # further back than drawn (a hidden future): made again
-            self._tape_done = n + 1
-        self._tape_n = n
-        codes = functools.partial(tape_codes, moment.history, [r.name for r in info.runs], moment.horizon)
-        self.tape_image.setImage(self._tape_columns(n, codes), levels=(0, 255), autoLevels=False)
-        if self._tape_rect != (n, runs):
-            self._tape_rect = (n, runs)
-            self.tape_image.setRect(0, 0, n, runs)
+        if n < self._strip_n:  # further back than drawn (a hidden future): made again
+            self._strip_done = n + 1
+        self._strip_n = n
+        codes = functools.partial(op_codes, moment.history, [r.name for r in info.runs], moment.horizon)
+        self.strip_image.setImage(self._strip_columns(n, codes), levels=(0, 255), autoLevels=False)
+        if self._strip_rect != (n, runs):
+            self._strip_rect = (n, runs)
+            self.strip_image.setRect(0, 0, n, runs)
         self._draw_letters()
 
     def _letter_px(self) -> float:
-        """The op letters' height in pixels: most of a run's band of the tape."""
-        return TAPE_ROW_PX * self._point_size / 10 * 0.75
+        """The op letters' height in pixels: most of a run's band of the strip."""
+        return STRIP_ROW_PX * self._point_size / 10 * 0.75
 
     def _draw_letters(self, *_: Any) -> None:
-        """Each op in view gets its letter on its cell (so the tape does not rest on colour alone),
+        """Each op in view gets its letter on its cell (so the strip does not rest on colour alone),
         where a cell is wide enough to hold one; where ops are denser, none."""
         moment, info = self._moment, self.info
         if moment is None or info is None:
             return
-        box = self.plots["tape"].getViewBox()
+        box = self.plots["ops"].getViewBox()
         (x0, x1), _ = box.viewRange()
         width = box.width()
         key = (x0, x1, width, moment.horizon, sum(len(rt) for rt in moment.history.runs.values()))
@@ -1491,9 +1491,9 @@ class TimelineView(QWidget):
             return
         self._letters_key = key
         if width <= 0 or x1 <= x0 or width / (x1 - x0) < self._letter_px() * LETTER_ROOM:
-            if self.tape_letters.isVisible():  # handing it nothing again costs a redraw
-                self.tape_letters.setData([], [])
-                self.tape_letters.setVisible(False)
+            if self.strip_letters.isVisible():  # handing it nothing again costs a redraw
+                self.strip_letters.setData([], [])
+                self.strip_letters.setVisible(False)
             return
         xs: list[float] = []
         ys: list[float] = []
@@ -1507,60 +1507,59 @@ class TimelineView(QWidget):
                 xs.append(rt.ticks[j] + 0.5)
                 ys.append(runs - 1 - r + 0.5)  # row 0 at the top, as in the image
                 symbols.append(letter_symbol(OP_LETTERS[rt.ops[j]]))
-        self.tape_letters.setData(x=xs, y=ys, symbol=symbols, size=self._letter_px())
-        self.tape_letters.setVisible(bool(xs))
+        self.strip_letters.setData(x=xs, y=ys, symbol=symbols, size=self._letter_px())
+        self.strip_letters.setVisible(bool(xs))
 
-    def _tape_columns(self, n: int, codes: Callable[[int, int], np.ndarray]) -> np.ndarray:
-        """The tape's first ``n`` ticks as at most :data:`TAPE_COLUMNS` columns (means of ``k``
-        ticks), from ``codes(start, stop)``, the codes of those ticks (see :func:`tape_codes`).
+    def _strip_columns(self, n: int, codes: Callable[[int, int], np.ndarray]) -> np.ndarray:
+        """The strip's first ``n`` ticks as at most :data:`STRIP_COLUMNS` columns (means of ``k``
+        ticks), from ``codes(start, stop)``, the codes of those ticks (see :func:`op_codes`).
 
         Only the ticks since the last call are read: whole columns are kept, and where ``k``
         doubles, each new column is the mean of two kept ones; the last, partial column is
         summed as its ticks come.
         """
         k = 1
-        while n > k * TAPE_COLUMNS:
+        while n > k * STRIP_COLUMNS:
             k *= 2
         if k == 1:
-            return _TAPE_RGBA[codes(0, n)]
-        if self._tape_k == 1 or self._tape_k > k or self._tape_done > n:  # a new lab, or gone back
-            self._tape_k, self._tape_done, self._tape_part = k, 0, (0, 0, 0.0)
-            self._tape_means = np.zeros((0, codes(0, 0).shape[1], 4))
-        while self._tape_k < k:
-            pairs = len(self._tape_means) // 2
-            self._tape_means = (self._tape_means[: 2 * pairs : 2] + self._tape_means[1 : 2 * pairs : 2]) / 2
-            self._tape_k *= 2
-            self._tape_done = pairs * self._tape_k
+            return _STRIP_RGBA[codes(0, n)]
+        if self._strip_k == 1 or self._strip_k > k or self._strip_done > n:  # a new lab, or gone back
+            self._strip_k, self._strip_done, self._strip_part = k, 0, (0, 0, 0.0)
+            self._strip_means = np.zeros((0, codes(0, 0).shape[1], 4))
+        while self._strip_k < k:
+            kept = self._strip_means
+            pairs = len(kept) // 2
+            self._strip_means = (kept[: 2 * pairs : 2] + kept[1 : 2 * pairs : 2]) / 2
+            self._strip_k *= 2
+            self._strip_done = pairs * self._strip_k
         full = n // k * k
-        if full > self._tape_done:
+        if full > self._strip_done:
             # In blocks of whole columns, so the colours of a long history are never all made at once.
-            step = max(TAPE_BLOCK // k, 1) * k
-            means = [self._tape_means]
-            for at in range(self._tape_done, full, step):
-                block = _TAPE_RGBA[codes(at, min(at + step, full))]
+            step = max(STRIP_BLOCK // k, 1) * k
+            means = [self._strip_means]
+            for at in range(self._strip_done, full, step):
+                block = _STRIP_RGBA[codes(at, min(at + step, full))]
                 means.append(block.reshape(-1, k, *block.shape[1:]).mean(axis=1))
-            self._tape_means = np.concatenate(means)
-            self._tape_done = full
-        columns = self._tape_means
+            self._strip_means = np.concatenate(means)
+            self._strip_done = full
+        columns = self._strip_means
         if full < n:
-            start, summed, total = self._tape_part
+            start, summed, total = self._strip_part
             if start != full or summed > n:
                 start, summed, total = full, full, 0.0
-            total = total + _TAPE_RGBA[codes(summed, n)].sum(axis=0, dtype=np.float64)
-            self._tape_part = (full, n, total)
+            total = total + _STRIP_RGBA[codes(summed, n)].sum(axis=0, dtype=np.float64)
+            self._strip_part = (full, n, total)
             columns = np.concatenate((columns, (total / (n - full))[None]))
         return columns.astype(np.ubyte)
 
 
-def tape_codes(
-    history: WindowHistory, runs: Sequence[str], horizon: int, start: int, stop: int
-) -> np.ndarray:
-    """The op tape from tick ``start`` up to ``stop`` (none past ``horizon``): a byte per tick and
+def op_codes(history: WindowHistory, runs: Sequence[str], horizon: int, start: int, stop: int) -> np.ndarray:
+    """The op strip from tick ``start`` up to ``stop`` (none past ``horizon``): a byte per tick and
     run, 0 where the run had no op, else 1 + the op's index in :data:`OPS`; the first run in the
     last column (row 0 is drawn at the top).
 
     Made from the runs' ops as the window's history foretells them from the schedule, so a
-    long Play's tape costs no memory per tick.
+    long Play's strip costs no memory per tick.
     """
     codes = np.zeros((max(stop - start, 0), len(runs)), dtype=np.ubyte)
     for r, name in enumerate(runs):
@@ -1574,8 +1573,8 @@ def tape_codes(
     return codes
 
 
-# A tape code's colour: 0 (no op at that tick) is clear, 1 + i the colour of OPS[i].
-_TAPE_RGBA = np.array(
+# A strip code's colour: 0 (no op at that tick) is clear, 1 + i the colour of OPS[i].
+_STRIP_RGBA = np.array(
     [
         (0, 0, 0, 0),
         *(
