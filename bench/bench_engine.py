@@ -4,7 +4,9 @@ Each figure is a ratio against a peer measured in the same process, because
 machines here are shared and noisy:
 
 - recording: the recorded loop against the same lab recording nothing
-  (``record="bare"``), interleaved in rounds; at most ``RECORDING_TARGET``;
+  (``record="bare"``), interleaved in rounds; at most ``RECORDING_TARGET``. Beside
+  it, a lab making the same copies of ``.grad``, weights and optimizer state and
+  keeping nothing (:func:`copies_only`): what any record of real values costs;
 - rebuilding the op farthest from a keyframe (every op before it since the
   keyframe replayed) against the same iterations written as a plain PyTorch
   loop; at most ``REBUILD_TARGET``;
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from gradviz.engine.collector import set_aside_imports
 from gradviz.engine.lab import Lab, set_threads
+from gradviz.engine.loop import OpSlot
 from gradviz.engine.record import FAR_KEYFRAME_BYTES, SPARSE_AFTER, THINNED_EVERY
 from gradviz.engine.run import Run
 from gradviz.engine.scenario import loads_scenario
@@ -58,17 +61,37 @@ momentum = 0.9
 MLP = (Path(__file__).parent / "mlp-17k.toml").read_text()
 
 
-def overhead(text: str, iterations: int, rounds: int) -> tuple[float, float, Lab]:
-    """Recorded/bare time ratio, and recorded iterations per second.
+def copies_only(text: str) -> Lab:
+    """A lab of full records whose runs make the copies a record is made of (every ``.grad`` after an op
+    that may write one, the weights and optimizer state after a step) and keep nothing of them:
+    what recording costs before any record, norm or object of the history."""
+    lab = Lab(loads_scenario(text, "bench"))
+    for run in lab.runs:
 
-    Both labs live side by side and take turns in short chunks, in random
-    order, so that drifts of a shared machine hit both alike; the ratio is
+        def copy(slot: OpSlot, iteration: int, tick: int, index: int, run: Run = run) -> None:
+            if slot.op in run._grad_writers:
+                run._copy_grads()
+            if slot.op == "step":
+                run._weights_now()
+
+        run._record = copy
+    return lab
+
+
+def overhead(text: str, iterations: int, rounds: int) -> tuple[dict[str, float], float]:
+    """Time ratios to the bare lab of the recorded lab and, where it keeps full records, of
+    :func:`copies_only`'s; and the recorded iterations per second.
+
+    The labs live side by side and take turns in short chunks, in random
+    order, so that drifts of a shared machine hit them alike; a ratio is
     the median over rounds of the two chunk times' ratio in each round
     (steadier than the ratio of their medians, which a drift longer than a
     round but shorter than the run moves).
     """
     scenario = loads_scenario(text, "bench")
     labs = {"bare": Lab(scenario, record="bare"), "recorded": Lab(scenario)}
+    if labs["recorded"].mode == "full":
+        labs["copies"] = copies_only(text)
     for lab in labs.values():
         lab.run_iterations(20)  # first-call costs (optimizer state creation) stay out
     times: dict[str, list[float]] = {name: [] for name in labs}
@@ -80,8 +103,19 @@ def overhead(text: str, iterations: int, rounds: int) -> tuple[float, float, Lab
             start = time.perf_counter()
             lab.run_iterations(iterations)
             times[name].append(time.perf_counter() - start)
-    ratios = [r / b for r, b in zip(times["recorded"], times["bare"], strict=True)]
-    return statistics.median(ratios), iterations / statistics.median(times["recorded"]), labs["recorded"]
+    ratios = {
+        name: statistics.median([t / b for t, b in zip(times[name], times["bare"], strict=True)])
+        for name in labs
+    }
+    return ratios, iterations / statistics.median(times["recorded"])
+
+
+def _overhead_rows(text: str, args: argparse.Namespace) -> None:
+    ratios, rate = overhead(text, args.iterations, args.rounds)
+    _row("recorded iterations/s", f"{rate:.0f}")
+    _row("recorded / bare time", f"{ratios['recorded']:.3f}", _verdict(ratios["recorded"], RECORDING_TARGET))
+    if "copies" in ratios:
+        _row("its copies alone / bare time", f"{ratios['copies']:.3f}", "(the same copies, nothing kept)")
 
 
 def memory_per_iteration(lab: Lab, skip: int, iterations: int) -> float:
@@ -167,9 +201,7 @@ def _rebuild_rows(lab: Lab, every: int, what: str) -> None:
 def _mlp(args: argparse.Namespace) -> None:
     n = args.memory_iterations
     print("MLP 2-128-128-1 (17k parameters), Adam: keyframes, no full records")
-    ratio, rate, _ = overhead(MLP, args.iterations, args.rounds)
-    _row("recorded iterations/s", f"{rate:.0f}")
-    _row("recorded / bare time", f"{ratio:.3f}", _verdict(ratio, RECORDING_TARGET))
+    _overhead_rows(MLP, args)
     lab = Lab(loads_scenario(MLP, "bench"))
     per_it = memory_per_iteration(lab, 0, n)
     _row("history per iteration", f"{per_it:.0f} B", f"over {n} iterations {_verdict(per_it, MEMORY_TARGET)}")
@@ -183,9 +215,7 @@ def _mlp(args: argparse.Namespace) -> None:
 def _linear(args: argparse.Namespace) -> None:
     n = args.memory_iterations
     print("linear regression, SGD with momentum: full records, thinned to keyframes further back")
-    ratio, rate, _ = overhead(LINEAR, args.iterations, args.rounds)
-    _row("recorded iterations/s", f"{rate:.0f}")
-    _row("recorded / bare time", f"{ratio:.3f}", _verdict(ratio, RECORDING_TARGET))
+    _overhead_rows(LINEAR, args)
     full = memory_per_iteration(Lab(loads_scenario(LINEAR, "bench"), recent=10**9), 0, n)
     _row("history per iteration, all kept", f"{full:.0f} B", f"over {n} iterations (the recent past's cost)")
     lab = Lab(loads_scenario(LINEAR, "bench"), recent=args.recent)
