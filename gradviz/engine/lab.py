@@ -144,7 +144,7 @@ class Lab:
         if self.mode == "light" and self.keyframe_every:
             self._space_keyframes()
         self._shadows: dict[str, Run] = {}
-        self._shadow_at: dict[str, int] = {}  # the tick each shadow last performed
+        self._shadow_at: dict[str, int] = {}  # the op each shadow last performed
 
     # ---------------------------------------------------------------- stepping
     @property
@@ -241,37 +241,36 @@ class Lab:
             yield from self.step(end)
 
     # ------------------------------------------------------------ going back
-    def _keyframe_tick(self, run_name: str, tick: int) -> int:
-        """The first tick of the keyframe a replay to ``tick`` starts from."""
-        iteration = max(tick, 0) // self.ticks_per_iteration
-        return self.history[run_name].keyframe_before(iteration) * self.ticks_per_iteration
-
     def _replay(
-        self, run: Run, r: int, to_tick: int, full_from: int | None = None, resume_after: int | None = None
+        self, run: Run, last: int, full_from: int | None = None, resume_after: int | None = None
     ) -> OpRecord | None:
-        """Perform ``run``'s ops up to ``to_tick``: from the keyframe before it, or on from
-        ``resume_after`` (a tick ``run`` has just performed)."""
+        """Perform ``run``'s ops up to its op ``last``: from the keyframe before that op's iteration,
+        or on from op ``resume_after`` (the op ``run`` has just performed).
+
+        Ops from index ``full_from`` on are performed in ``full`` mode, and the record of ``last``
+        is returned. Only ops the run performed before are performed again, so none of them
+        finds it stopped (its last one may stop it again).
+        """
+        h = self.history[run.name]
+        ops = run.program.ops
+        n = len(ops)
         if resume_after is None:
-            first = self._keyframe_tick(run.name, to_tick)
-            run.restore(*self.history[run.name].keyframe(first // self.ticks_per_iteration))
+            iteration = h.keyframe_before(max(last, 0) // n)
+            run.restore(*h.keyframe(iteration))
+            first = iteration * n
         else:
             first = resume_after + 1
-        last = None
-        capturing = resume_after is not None and full_from is not None and resume_after >= full_from
-        h = self.history[run.name]
-        for t in range(first, to_tick + 1):
-            it, s = divmod(t, self.ticks_per_iteration)
-            slot = self.schedule[s][r]
-            if slot is None or not run.active:
-                continue
-            if full_from is not None and t >= full_from and not capturing:
-                run.current = run.capture()
-                capturing = True
-            if capturing:
-                last = run.execute(slot, it, t, "full", h.index_at(t))
-            else:
-                run.replay(slot, it)
-        return last
+        plain_to = last + 1 if full_from is None else max(first, full_from)
+        for i in range(first, plain_to):
+            run.replay(ops[i % n], i // n)
+        if full_from is None:
+            return None
+        if first <= full_from:  # else resumed where it was recording already
+            run.current = run.capture()
+        record = None
+        for i in range(plain_to, last + 1):
+            record = run.execute(ops[i % n], i // n, h.ticks.tick_of(i), "full", i)
+        return record
 
     def seek(self, tick: int) -> None:
         """Go back to the moment just after ``tick`` (``-1``: the start) and forget later ops.
@@ -283,9 +282,9 @@ class Lab:
             raise ValueError("a streaming lab keeps no earlier ops to go back to")
         tick = max(-1, min(tick, self.tick - 1))
         self._shadow_at.clear()
-        for r, run in enumerate(self.runs):
+        for run in self.runs:
             h = self.history[run.name]
-            self._replay(run, r, tick)
+            self._replay(run, h.index_at(tick))
             h.truncate(tick)
             if len(h):
                 run.current = run.capture()
@@ -319,15 +318,15 @@ class Lab:
         h = self.history[run_name]
         r = [x.name for x in self.runs].index(run_name)
         shadow = self._shadow(run_name, r)
-        tick = h.ticks[index]
-        start = (tick // self.ticks_per_iteration) * self.ticks_per_iteration
+        n = len(shadow.program.ops)
+        iteration = index // n
         # Going on from the last rebuild is cheaper than from the keyframe when it lies
         # between them: views asking for an op and then the next one pay for one replay.
         at = self._shadow_at.pop(run_name, None)
-        resume = at if at is not None and self._keyframe_tick(run_name, tick) <= at < tick else None
-        record = self._replay(shadow, r, tick, full_from=start, resume_after=resume)
-        assert record is not None and record.tick == tick
-        self._shadow_at[run_name] = tick
+        resume = at if at is not None and h.keyframe_before(iteration) * n <= at < index else None
+        record = self._replay(shadow, index, full_from=iteration * n, resume_after=resume)
+        assert record is not None and record.index == index
+        self._shadow_at[run_name] = index
         return record
 
     def step_params(self, run_name: str, block: int = 4096) -> Iterator[np.ndarray]:
