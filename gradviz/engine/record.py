@@ -183,7 +183,7 @@ class Snapshot:
 
 # Where a float32's sign and high exponent bits lie among its four bytes.
 _TOP_BYTE = 3 if sys.byteorder == "little" else 0
-_LOW_BYTES = [i for i in range(4) if i != _TOP_BYTE]
+_LOW_BYTES = slice(0, 3) if sys.byteorder == "little" else slice(1, 4)
 
 
 class PackedSnapshot:
@@ -212,7 +212,7 @@ class PackedSnapshot:
         words[:, _TOP_BYTE] = np.frombuffer(zlib.decompress(self._top), np.uint8)
         flat = words.view(np.float32).reshape(-1)
         flat.flags.writeable = False
-        weights, grads = np.split(flat, [self._weight_count])
+        weights, grads = flat[: self._weight_count], flat[self._weight_count :]
         layout, keys, other, lr, present = self._fields
         return Snapshot(Weights(layout, weights, keys, other, lr), Grads(grads, present))
 

@@ -395,9 +395,8 @@ class Run:
         self.last_loss = loss
         self.status = "running"
         self.error = None
-        self.grad_norm = float(np.linalg.norm(snap.grad_flat))
-        self.param_norm = float(np.linalg.norm(snap.param_flat))
         self.current = snap
+        self.grad_norm, self.param_norm = self.norms()
 
 
 @dataclass(frozen=True, eq=False)
