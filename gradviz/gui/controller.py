@@ -32,9 +32,14 @@ if TYPE_CHECKING:
     from gradviz.watch.replay import Replay
 
 SPEEDS = (1, 2, 4, 8, 15, 30, 0)  # ops per second; 0: as fast as the worker goes
-# At full speed the worker steps for what is left of each frame, and for at least this share of
-# a frame (or of the time a frame took to draw, if longer): Play goes on however slow drawing is.
+# At full speed the worker steps for what is left of each frame once it is drawn and the ops are
+# handed over, so that frames come at the screen's rate; and for at least this share of the time a
+# frame took to draw, and this least share of a frame: Play goes on however slow drawing is.
 WORKER_SHARE = 0.5
+WORKER_LEAST = 0.25
+# How fast the estimate of a hand-over (the worker's last op and reply, and its signal) follows
+# the newest measure: slowly enough that one late reply does not shrink the next batch much.
+HANDOVER_WEIGHT = 0.2
 # How long the worker waits for a frame to be shown before it steps on regardless (a hidden
 # window paints nothing), and how long it then steps.
 FRAME_WAIT = 0.1
@@ -134,6 +139,7 @@ class Controller(QObject):
         self._play_timer.timeout.connect(self._play_next)
         # Full-speed Play: seconds of ops the next request may take, and whether it waits for a frame.
         self._batch = BATCH_LEAST
+        self._handover = BATCH_LEAST  # about how long after its batch the worker's ops come
         self._awaiting_frame = False
         self._frame_wait = QTimer(self)
         self._frame_wait.setSingleShot(True)
@@ -369,6 +375,9 @@ class Controller(QObject):
             if not self._can_step_on():
                 self.pause()
             elif self._batching:
+                # How long after its batch the ops came: the worker's last op and reply, and the signal.
+                late = time.perf_counter() - self._last_play_step - self._batch
+                self._handover += HANDOVER_WEIGHT * (min(max(late, 0.0), FRAME_WAIT) - self._handover)
                 # The next ops wait until the window has shown these (or briefly, if it shows nothing).
                 self._awaiting_frame = True
                 self._frame_wait.start(int(FRAME_WAIT * 1000))
@@ -385,16 +394,21 @@ class Controller(QObject):
     def frame_shown(self, spent: float, interval: float) -> None:
         """The window has painted a frame that took it ``spent`` seconds; frames come every ``interval``.
 
-        At full speed the worker steps on for what is left of the interval, and for at
-        least :data:`WORKER_SHARE` of the longer of the two, so its ops arrive in time for
-        the next frame and Play goes on however slowly frames are drawn. Where no frame
-        came in time the worker is called with ``spent`` 0.
+        At full speed the worker steps on for what is left of the interval once this frame
+        and the hand-over of the ops (measured, turn by turn) are taken out, so its ops arrive
+        in time for the next frame; and for at least :data:`WORKER_SHARE` of ``spent`` and
+        :data:`WORKER_LEAST` of the interval, so Play goes on however slowly frames are drawn.
+        Where no frame came in time the worker is called with ``spent`` 0, and steps for ``interval``.
         """
         if not self._awaiting_frame:
             return
         self._awaiting_frame = False
         self._frame_wait.stop()
-        self._batch = max(interval - spent, WORKER_SHARE * max(interval, spent))
+        if spent <= 0:
+            self._batch = interval
+        else:
+            left = interval - spent - self._handover
+            self._batch = max(left, WORKER_SHARE * spent, WORKER_LEAST * interval)
         self._play_next()
 
     # ----------------------------------------------------------------- fetch

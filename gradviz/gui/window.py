@@ -9,7 +9,6 @@ ops arrived since the last one.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 from functools import partial
@@ -190,7 +189,7 @@ class MainWindow(QMainWindow):
         self._redraw_timer.setSingleShot(True)
         self._redraw_timer.setTimerType(Qt.TimerType.PreciseTimer)
         self._redraw_timer.timeout.connect(self.redraw)
-        self._drawn_at = -1.0  # when the last redraw started
+        self._frame_due = -1.0  # when the next redraw may start: a frame after the last one's due time
         self._unpainted: float | None = None  # when the redraw whose paint is still to come started
         self.draw_seconds = 0.0  # how long the last redraw took the views, before Qt paints them
         self._paint_started: float | None = None
@@ -625,11 +624,16 @@ class MainWindow(QMainWindow):
         return 1.0 / (rate if 10.0 <= rate <= 500.0 else SCREEN_HZ)
 
     def schedule_redraw(self) -> None:
-        """Ask for a redraw; every request within one frame of the screen makes one redraw."""
+        """Ask for a redraw; every request within one frame of the screen makes one redraw.
+
+        Redraws keep to a grid of the screen's frames: each is due a frame after the last one
+        was due (not after it started), so that a timer's whole milliseconds, rounded either
+        way, neither add up to a slower rate nor to a faster one.
+        """
         self._dirty = True
         if not self._redraw_timer.isActive():
-            due = self._drawn_at + self.frame_interval - time.perf_counter()
-            self._redraw_timer.start(max(0, math.ceil(due * 1000)))  # never sooner than a frame
+            due = self._frame_due - time.perf_counter()
+            self._redraw_timer.start(max(0, round(due * 1000)))
 
     def _graph_stepped(self, sentence: str) -> None:
         """The animated backward reached a node: say what happens there; at its end, the op's sentence."""
@@ -642,7 +646,10 @@ class MainWindow(QMainWindow):
         """Draw the controller's current moment in every visible view."""
         self._redraw_timer.stop()
         started = time.perf_counter()
-        self._drawn_at = started
+        interval = self.frame_interval
+        # On the grid while this redraw is less than half a frame late; a later one starts it anew.
+        on_grid = started - self._frame_due < interval / 2
+        self._frame_due = (self._frame_due if on_grid else started) + interval
         self._dirty = False
         moment = self.controller.moment()
         if moment is None:

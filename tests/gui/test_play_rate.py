@@ -4,6 +4,7 @@ and a timeline whose drawing costs no more for a long history than for a short o
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -156,12 +157,17 @@ def test_redraws_never_outpace_the_screen_whatever_the_speed(open_window, qtbot,
     w = open_window(_long())
     seconds = 1.5
     starts: list[float] = []
-    w.frame_drawn.connect(lambda: starts.append(w._drawn_at))
+    w.frame_drawn.connect(lambda: starts.append(w._unpainted))
+    began = time.perf_counter()
     frames = _play_for(qtbot, w, seconds, speed)
+    spent = time.perf_counter() - began  # a little over ``seconds``: the wait ends at an event
     assert frames, "Play drew frames"
-    assert len(frames) <= seconds / w.frame_interval + 2
-    gaps = [b - a for a, b in itertools.pairwise(starts)]
-    assert min(gaps) >= w.frame_interval, "no redraw begins sooner than a frame after the one before"
+    interval = w.frame_interval
+    assert len(frames) <= spent / interval + 2
+    # However often redraws are asked for, no stretch of time holds more of them than it holds
+    # frames of the screen, give or take one: they keep to the screen's rate, in bursts never.
+    for i, j in itertools.combinations(range(len(starts)), 2):
+        assert j - i <= (starts[j] - starts[i]) / interval + 1, f"redraws {i} to {j} outpace the screen"
 
 
 def test_full_speed_frames_show_the_newest_op_and_skip_the_ones_between(open_window, qtbot) -> None:
