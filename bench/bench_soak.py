@@ -1,9 +1,10 @@
 """A soak: full-speed Play of ``forgot-zero-grad`` for minutes, in a 1280x720 window.
 
-Prints, each minute, the ops performed and the frames drawn in that minute and the
-process's resident memory, then the last minute against the first. The scenario
-runs its longest (a million iterations); where it ends before the minutes do, it
-is opened again and played on. Offscreen unless a display is set.
+Prints, each minute, the ops the runs performed and the frames drawn in that minute, the
+median frame's time on the GUI thread (drawing and painting) and the process's resident
+memory, then the last minute against the first. The scenario runs its longest (a million
+iterations); where it ends before the minutes do, it is opened again and played on.
+Offscreen unless a display is set.
 
 With ``--bytes-per-op`` it measures instead, headless, what the history grows by per op in the
 far past (past ``--warm`` ops: the recent records full and the columns' whole part thinned): the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 import tracemalloc
 from dataclasses import replace
@@ -162,16 +164,27 @@ def soak(minutes: float, scenario: str) -> None:
     start_mb = resident_mb()
     print(f"soak of {scenario} at full speed, {SIZE[0]}x{SIZE[1]} ({os.environ['QT_QPA_PLATFORM']})")
     print(f"resident memory at the start: {start_mb:.0f} MB")
-    print(" minute     ops  ops/s  frames  frames/s  resident MB  (above start)")
+    print(" minute     ops  ops/s  frames  frames/s  frame ms  resident MB  (above start)")
     c.set_speed(0)
     c.play()
     rows = []
     ended = 0  # the ops of the labs played to their end
 
     def played() -> int:
+        """Ops performed so far by every run: a tick of a run that stopped (``yours`` of
+        forgot-zero-grad diverges some minutes in) or waits performs none of its own."""
         assert c.history is not None
-        return ended + c.history.last_tick + 1
+        return ended + sum(len(h) for h in c.history.runs.values())
 
+    # Each frame's time on the GUI thread: the views' drawing, then Qt's painting of what changed.
+    costs: list[float] = []
+
+    def painted(seconds: float) -> None:
+        if costs:
+            costs[-1] += seconds
+
+    window.frame_drawn.connect(lambda: costs.append(window.draw_seconds))
+    window.painted.connect(painted)
     ops_before, frames_before = played(), window.frames
     span = min(60.0, minutes * 60)
     for minute in range(1, max(1, round(minutes)) + 1):
@@ -192,8 +205,10 @@ def soak(minutes: float, scenario: str) -> None:
         mb = resident_mb()
         row = (ops - ops_before, frames - frames_before, mb)
         rows.append(row)
+        frame_ms = statistics.median(costs) * 1000 if costs else float("nan")
+        costs.clear()
         print(
-            f" {minute:6d} {row[0]:7d} {row[0] / span:6.0f} {row[1]:7d} {row[1] / span:9.1f}"
+            f" {minute:6d} {row[0]:7d} {row[0] / span:6.0f} {row[1]:7d} {row[1] / span:9.1f} {frame_ms:9.1f}"
             f" {mb:12.0f}  ({mb - start_mb:+.0f})",
             flush=True,
         )
