@@ -341,7 +341,6 @@ class Lab:
             raise ValueError("a streaming lab keeps no earlier ops to replay")
         h = self.history[run_name]
         r = [x.name for x in self.runs].index(run_name)
-        tpi = self.ticks_per_iteration
         kept_from = h.recent_from if h.keep_records else len(h)
         out: list[np.ndarray] = []
         if kept_from > 0:
@@ -349,12 +348,10 @@ class Lab:
             shadow = self._shadow(run_name, r)
             self._shadow_at.pop(run_name, None)  # where the last rebuild left it no longer holds
             shadow.restore(*h.keyframe(0))
-            end = h.ticks[kept_from - 1]
-            for t in range(end + 1):
-                slot = self.schedule[t % tpi][r]
-                if slot is None or not shadow.active:
-                    continue
-                shadow.replay(slot, t // tpi)
+            ops = shadow.program.ops
+            for i in range(kept_from):
+                slot = ops[i % len(ops)]
+                shadow.replay(slot, i // len(ops))
                 if slot.op == "step":
                     out.append(shadow.param_copy())
                     if len(out) == block:

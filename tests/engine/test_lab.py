@@ -97,6 +97,20 @@ def test_large_models_keep_keyframes_and_rebuild_any_op_exactly():
     assert len(h.keyframes) == 3
 
 
+@pytest.mark.parametrize("name", ["forgot-zero-grad", "gan-detach", "net-vs-optimizer-zero-grad"])
+def test_the_parameters_after_every_step_are_the_same_whether_records_were_kept_thinned_or_never_made(name):
+    scenario = load_builtin(name)
+    kept, thinned = Lab(scenario, recent=10**9), Lab(scenario, recent=40)
+    light = Lab(scenario, record="light", keyframe_every=3)
+    for lab in (kept, thinned, light):
+        lab.run_iterations(30)
+    for run in kept.runs:
+        want = np.concatenate(list(kept.step_params(run.name)))
+        assert len(want) == 30 * [slot.op for slot in run.program.ops].count("step")
+        for lab in (thinned, light):  # the past these no longer keep is replayed from the start
+            np.testing.assert_array_equal(np.concatenate(list(lab.step_params(run.name, block=7))), want)
+
+
 def test_rebuilding_op_after_op_goes_on_from_the_last_rebuild_and_stays_exact():
     scenario = loads_scenario(MLP, "test")
     light, full = Lab(scenario, record="light", keyframe_every=3), Lab(scenario, record="full")
