@@ -297,7 +297,7 @@ class Run:
 
         The copy goes through numpy views of the tensors, kept while the
         optimizer's state tensors stay the same objects: parameters and state
-        change in place, so a step's copy is one ``numpy.concatenate``.
+        change in place, so a step's copy is one :func:`~gradviz.engine.copying.join`.
         """
         layout = self._state_layout
         if layout is None or not layout.holds(self.optimizers.values()):

@@ -8,6 +8,7 @@ import textwrap
 
 import numpy as np
 import pytest
+import torch
 
 from gradviz.engine import Lab, OpRecord, load_builtin, loads_scenario
 from gradviz.engine.errors import DeviceError
@@ -179,10 +180,13 @@ def test_a_step_that_writes_grad_in_place_is_recorded_as_pytorch_leaves_it():
 def test_packed_keyframes_come_back_bit_for_bit_in_less_memory():
     lab = Lab(loads_scenario(MLP, "test"), record="full")
     lab.run_iterations(3)
-    snap = lab.runs[0].capture()
-    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 1e-45, 3.4e38], np.float32)
-    snap.param_flat.flags.writeable = True
-    snap.param_flat[: len(specials)] = specials
+    run = lab.runs[0]
+    specials = torch.tensor([np.nan, np.inf, -np.inf, -0.0, 1e-45, 3.4e38])
+    with torch.no_grad():
+        run.tensors[0].view(-1)[: len(specials)] = specials
+    snap = run.capture()
+    bits = specials.numpy().view(np.uint32).tolist()
+    assert snap.param_flat[: len(specials)].view(np.uint32).tolist() == bits
     packed = PackedSnapshot(snap)
     back = packed.unpack()
     for name in ("param_flat", "grad_flat", "state_flat"):
