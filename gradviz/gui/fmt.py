@@ -30,19 +30,30 @@ def signed(value: float, digits: int = 3) -> str:
     return text if text.startswith("-") or text in ("nan", "0") else "+" + text
 
 
+def finite_norm(values: np.ndarray) -> float | None:
+    """The Euclidean norm of the finite elements, in double precision; ``None`` where none is finite."""
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    square = float(flat.dot(flat))
+    if not math.isfinite(square):  # some element is inf or nan: the norm of the others
+        flat = flat[np.isfinite(flat)]
+        if flat.size == 0:
+            return None
+        square = float(flat.dot(flat))
+    return math.sqrt(square)
+
+
 def array(values: np.ndarray | None, limit: int = 4) -> str:
     """A tensor as text: a scalar for one element, a short list for a few, a summary otherwise."""
     if values is None:
         return NONE_TEXT
-    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    flat = np.asarray(values).reshape(-1)
     if flat.size == 1:
         return number(flat[0])
     if flat.size <= limit:
         return "[" + ", ".join(number(v, 3) for v in flat) + "]"
-    finite = flat[np.isfinite(flat)]
-    if finite.size == 0:
+    norm = finite_norm(flat)
+    if norm is None:
         return f"{flat.size} values, none finite"
-    norm = float(np.sqrt(np.dot(finite, finite)))
     return f"{flat.size} values, norm {number(norm, 3)}"
 
 

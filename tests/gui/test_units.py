@@ -23,6 +23,30 @@ def test_numbers_never_show_none_as_zero() -> None:
     assert fmt.array(np.zeros(100)).startswith("100 values")
 
 
+def test_a_large_tensor_is_summed_up_by_the_norm_of_its_finite_elements() -> None:
+    values = np.arange(1, 17_001, dtype=np.float32)
+    norm = float(np.linalg.norm(values.astype(np.float64)))
+    assert fmt.array(values) == f"17000 values, norm {fmt.number(norm, 3)}"
+    spoiled = values.copy()
+    spoiled[[3, 900]] = [np.nan, -np.inf]
+    rest = np.delete(values, [3, 900]).astype(np.float64)
+    assert fmt.finite_norm(spoiled) == float(np.sqrt(rest.dot(rest)))
+    assert fmt.finite_norm(np.array([np.nan, np.inf], np.float32)) is None
+    assert fmt.array(np.full(9, np.nan, np.float32)) == "9 values, none finite"
+
+
+def test_a_vectors_histogram_counts_as_numpys_does() -> None:
+    from gradviz.gui.views.grads import histogram
+
+    rng = np.random.default_rng(3)
+    for size in (2, 17, 1000, 16_384):
+        for scale in (1e-7, 1.0, 1e7):
+            values = rng.standard_normal(size) * scale
+            np.testing.assert_array_equal(histogram(values, 24), np.histogram(values, bins=24)[0])
+    same = np.full(5, 2.5)
+    np.testing.assert_array_equal(histogram(same, 24), np.histogram(same, bins=24)[0])
+
+
 def test_edits_round_trip_through_validation() -> None:
     sc = load_scenario("forgot-zero-grad")
     on = validated(edits.set_zero_grad(sc, "yours", True))
