@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from gradviz.engine.devices import resolve_device
 from gradviz.engine.errors import ScenarioError
@@ -179,9 +180,13 @@ class Lab:
     def advance(self, before: int | None = None) -> list[tuple[str, int]]:
         """Perform the next tick that has an op for some running run (and lies before tick ``before``).
 
-        Returns ``(run name, op index)`` of each op performed; the records are
-        made only when asked for (:meth:`step` or :meth:`record`).
+        Returns ``(run name, op index)`` of each op performed. A lab that keeps no
+        full records makes none of them here (:meth:`step` does, or :meth:`record` later).
         """
+        return [(name, index) for name, index, _ in self._tick(before, self.mode)]
+
+    def _tick(self, before: int | None, mode: Mode) -> list[tuple[str, int, OpRecord | None]]:
+        """:meth:`advance`, each op performed in ``mode``; with each op, its record where ``mode`` is full."""
         while not self.stopped and (before is None or self.tick < before):
             iteration, slot_index = divmod(self.tick, self.ticks_per_iteration)
             done = []
@@ -199,9 +204,9 @@ class Lab:
                 if slot is None:
                     continue
                 index = len(h)
-                done.append((run.name, index))
-                record = run.execute(slot, iteration, self.tick, self.mode, index)
-                if self.mode == "bare":
+                record = run.execute(slot, iteration, self.tick, mode, index)
+                done.append((run.name, index, record))
+                if mode == "bare":
                     continue
                 if self.streaming:
                     h.forget_all()
@@ -213,17 +218,21 @@ class Lab:
 
     def step(self, before: int | None = None) -> list[OpRecord]:
         """Perform the next tick that has an op for some running run (and lies before tick
-        ``before``); return its records."""
-        done = self.advance(before)
+        ``before``); return its records.
+
+        A lab that keeps no full records makes these as the ops run, on its live
+        runs: the records :meth:`record` would rebuild, at the cost of their copies.
+        """
         if self.mode == "bare":
+            self.advance(before)
             return []
-        return [self.record(name, index) for name, index in done]
+        return [record for _, _, record in self._tick(before, "full") if record is not None]
 
     def run_iterations(self, iterations: int) -> None:
         """Step until ``iterations`` more iterations are done (or every run stopped)."""
         end = (self.iteration + iterations) * self.ticks_per_iteration
         while self.tick < end and not self.stopped:
-            self.advance(end)
+            self._tick(end, self.mode)
 
     def step_iteration(self) -> list[OpRecord]:
         """Step to the end of the current iteration; return the records of its ops."""
@@ -265,8 +274,6 @@ class Lab:
             run.replay(ops[i % n], i // n)
         if full_from is None:
             return None
-        if first <= full_from:  # else resumed where it was recording already
-            run.current = run.capture()
         record = None
         for i in range(plain_to, last + 1):
             record = run.execute(ops[i % n], i // n, h.ticks.tick_of(i), "full", i)
@@ -287,7 +294,7 @@ class Lab:
             self._replay(run, h.index_at(tick))
             h.truncate(tick)
             if len(h):
-                run.current = run.capture()
+                run.recapture()
                 run.grad_norm, run.param_norm = self._norms(run, h)
         self.tick = tick + 1
 
@@ -382,5 +389,11 @@ def parameter_count(lab: Lab) -> int:
 
 
 def set_threads(n: int = 1) -> None:
-    """Set intra-op threads: training steps of small models run fastest on one (more only contend)."""
+    """Set the threads of PyTorch's ops and of numpy's BLAS, for the whole process.
+
+    Training steps of small models run fastest on one: more only contend. numpy's BLAS
+    would start a thread per core for a dot product of a large model's tensors and keep
+    them spinning between calls, against the window's and the lab's own threads.
+    """
     torch.set_num_threads(n)
+    threadpool_limits(n, user_api="blas")

@@ -79,6 +79,9 @@ class Run:
         self._lr_read: list[Any] = []
         self._lrs: dict[str, float] = {"lr": spec.optimizer.lr}
         self.current = self.capture()
+        # True once an op ran unrecorded (light, bare or replayed): ``current`` is then out of date,
+        # and is copied again before the next op recorded in full.
+        self._unrecorded = False
         # What autograd holds and walks, measured where the lesson asks (see engine/footprint.py).
         self._saved = SavedBytes()
         self.measures = wanted(scenario)
@@ -200,8 +203,11 @@ class Run:
         An exception from PyTorch (for example ``p.grad`` being ``None`` in a
         manual loop) stops this run with that error, as it would stop the
         user's program; a non-finite loss or parameter marks it diverged.
-        In ``full`` mode the result is the op's record (``index``: its place in the run's history).
+        In ``full`` mode the result is the op's record (``index``: its place in the run's history);
+        a run whose last op ran unrecorded copies its state first, as the record's before.
         """
+        if mode == "full" and self._unrecorded:
+            self.recapture()
         if slot.op == "backward":
             # Hooks are needed only where the call adds to an existing .grad (see OpRecord.fresh);
             # a full record's snapshot says whether one exists.
@@ -221,6 +227,7 @@ class Run:
             self.status = "diverged"
         if mode == "full":
             return self._record(slot, iteration, tick, index)
+        self._unrecorded = True
         if mode == "bare":
             if slot.op == "step" and not math.isfinite(self._param_norm()):
                 self.status = "diverged"
@@ -233,6 +240,7 @@ class Run:
         (a replay repeats ops already checked); an exception stops the run as it did then."""
         if self._hooks:  # only a full record reads what they catch
             self._catch_fresh_grads(False)
+        self._unrecorded = True
         try:
             self._perform(slot, iteration)
         except Exception as exc:
@@ -324,6 +332,11 @@ class Run:
             and (self.loop.zero_grad != "model" or not self.task.outside)
         )
 
+    def recapture(self) -> None:
+        """Copy the state now into ``current``, where ops ran unrecorded since it was made."""
+        self.current = self.capture()
+        self._unrecorded = False
+
     def capture(self, grads: bool = True) -> Snapshot:
         """A full snapshot of this run now, copied from the real tensors.
 
@@ -396,6 +409,7 @@ class Run:
         self.status = "running"
         self.error = None
         self.current = snap
+        self._unrecorded = False
         self.grad_norm, self.param_norm = self.norms()
 
 

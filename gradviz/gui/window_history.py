@@ -200,6 +200,8 @@ class StepResult:
     preview_tick: int
     previews: Mapping[str, dict[str, np.ndarray]]
     stopped: bool
+    # Full records of the newest ops of a lab that keeps none, made as they ran (run, op index).
+    records: Mapping[tuple[str, int], OpRecord] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -445,6 +447,8 @@ class WindowHistory:
         self.preview_tick = -2
         self.previews: Mapping[str, dict[str, np.ndarray]] = {}
         self.fetched: dict[tuple[str, int], OpRecord] = {}
+        # The records the worker made of its newest ops, those the newest moment reads.
+        self.newest: dict[tuple[str, int], OpRecord] = {}
         self.stopped = False
 
     @property
@@ -471,6 +475,10 @@ class WindowHistory:
         self.preview_tick = result.preview_tick
         self.previews = result.previews
         self.stopped = result.stopped
+        if result.records or self.newest:
+            wanted = {(name, j) for name, rt in self.runs.items() for j in rt.needed(len(rt) - 1)}
+            made = {**self.newest, **result.records}
+            self.newest = {key: rec for key, rec in made.items() if key in wanted}
 
     def clear(self) -> None:
         """Forget every op (after a reset to the start)."""
@@ -481,6 +489,7 @@ class WindowHistory:
         for column in self.distance:
             column.truncate(0)
         self.fetched.clear()
+        self.newest.clear()
         self.preview_tick = -2
         self.previews = {}
         self.stopped = False
@@ -497,7 +506,9 @@ class WindowHistory:
         if index < 0:
             return None
         rec = self.runs[run].records[index]
-        return rec if rec is not None else self.fetched.get((run, index))
+        if rec is not None:
+            return rec
+        return self.newest.get((run, index)) or self.fetched.get((run, index))
 
     def record_at(self, run: str, tick: int) -> OpRecord | None:
         """The record of ``run``'s last op at or before ``tick``."""
@@ -508,7 +519,7 @@ class WindowHistory:
         out = []
         for name, rt in self.runs.items():
             for j in rt.needed(rt.index_at(tick)):
-                if rt.records[j] is None and (name, j) not in self.fetched:
+                if rt.records[j] is None and (name, j) not in self.fetched and (name, j) not in self.newest:
                     out.append((name, j))
         return out
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from gradviz.engine.lab import Lab
     from gradviz.engine.landscape import Plane, PointLoss
     from gradviz.engine.lesson import Lesson
+    from gradviz.engine.record import OpRecord
     from gradviz.engine.scenario import Scenario
 
 Extent = tuple[tuple[float, float], tuple[float, float]]
@@ -381,28 +382,41 @@ class LabWorker(QObject):
             return
         distance: list[tuple[int, tuple[float, ...]]] = []
         # The scenario's iterations are as far as a lab goes.
-        end = lab.scenario.iterations * lab.ticks_per_iteration
+        tpi = lab.ticks_per_iteration
+        end = lab.scenario.iterations * tpi
         deadline = time.perf_counter() + budget
         # One op at a time, or up to a tick (an iteration, an export's ops): each op's graph is made;
         # at full-speed Play (a budget) only each run's newest, once the ops are done: it is all a
         # frame draws, and the graph view has the lab walk again any other it comes to show.
         every = self.capturing and budget <= 0
         since = lab.tick
+        # A lab that keeps no full records records the ops the window is about to show as they
+        # run: a request's last op and, at full speed, once the budget is spent, the whole next
+        # iteration (every record a moment after its last op reads).
+        light = lab.mode == "light"
+        recorded_from: int | None = None
+        made: dict[tuple[str, int], OpRecord] = {}
         try:
             while not lab.stopped and lab.tick < end:
-                lab.step(end)
+                last = (until_tick >= 0 and lab.tick >= until_tick) or (budget <= 0 and until_tick < 0)
+                if light and (last or (recorded_from is not None and lab.tick >= recorded_from)):
+                    made.update({(rec.run, rec.index): rec for rec in lab.step(end)})
+                else:
+                    lab.advance(end)
                 if every:
                     self._keep_graphs(since)
                 distance.append((lab.tick - 1, self._distances()))
-                if 0 <= until_tick < lab.tick:
+                if 0 <= until_tick < lab.tick or (budget <= 0 and until_tick < 0):
                     break
-                if budget > 0 and time.perf_counter() >= deadline:
-                    break
-                if budget <= 0 and until_tick < 0:
+                if budget > 0 and recorded_from is None and time.perf_counter() >= deadline:
+                    if not light:
+                        break
+                    recorded_from = -(-lab.tick // tpi) * tpi  # the next iteration's first tick
+                if recorded_from is not None and lab.tick >= recorded_from + tpi:
                     break
             if self.capturing and not every:
                 self._keep_graphs(since)
-            result = self._result(distance)
+            result = self._result(distance, made)
         except Exception as exc:
             self.failed.emit(f"The op failed inside gradviz ({type(exc).__name__}: {exc}).", generation)
             return
@@ -424,7 +438,9 @@ class LabWorker(QObject):
                 for r in runs[1:]
             )
 
-    def _result(self, distance: list[tuple[int, tuple[float, ...]]]) -> StepResult:
+    def _result(
+        self, distance: list[tuple[int, tuple[float, ...]]], made: dict[tuple[str, int], OpRecord]
+    ) -> StepResult:
         from gradviz.engine.surface import preview_step
 
         lab = self.lab
@@ -448,6 +464,7 @@ class LabWorker(QObject):
             preview_tick=lab.tick - 1,
             previews=previews,
             stopped=lab.stopped,
+            records=made,
         )
 
     # --------------------------------------------------------------- reset

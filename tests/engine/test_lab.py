@@ -14,6 +14,7 @@ from gradviz.engine import Lab, OpRecord, load_builtin, loads_scenario
 from gradviz.engine.errors import DeviceError
 from gradviz.engine.record import PackedSnapshot
 from gradviz.engine.run import Run
+from gradviz.engine.scenario import builtin_names
 
 from .helpers import MLP, builtin_lab
 
@@ -110,6 +111,39 @@ def test_the_parameters_after_every_step_are_the_same_whether_records_were_kept_
         assert len(want) == 30 * [slot.op for slot in run.program.ops].count("step")
         for lab in (thinned, light):  # the past these no longer keep is replayed from the start
             np.testing.assert_array_equal(np.concatenate(list(lab.step_params(run.name, block=7))), want)
+
+
+def _same_whole(a: OpRecord, b: OpRecord) -> None:
+    """:func:`_same`, and what the inspector reads besides: .grad before a backward, the status."""
+    _same(a, b)
+    assert (a.stale_grads is None) == (b.stale_grads is None)
+    for k, stale in (a.stale_grads or {}).items():
+        other = b.stale_grads[k]  # type: ignore[index]
+        assert (stale is None) == (other is None)
+        if stale is not None:
+            np.testing.assert_array_equal(stale, other)
+    assert (a.diverged, a.error, dict(a.lr)) == (b.diverged, b.error, dict(b.lr))
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_a_light_lab_records_the_ops_it_steps_as_a_full_lab_does(name):
+    scenario = load_builtin(name)
+    full = Lab(scenario, record="full", recent=10**9)
+    light = Lab(scenario, record="light", keyframe_every=2)
+    # Ops stepped with records, between runs of ops without (whose state a record must not miss),
+    # and after going back.
+    for unrecorded, recorded in ((0, 9), (13, 5), (1, 2), (30, 7)):
+        for _ in range(unrecorded):
+            light.advance()
+        made = [rec for _ in range(recorded) for rec in light.step()]
+        assert made and all(rec.run in full.history.runs for rec in made)
+        while full.tick < light.tick:
+            full.advance()
+        for rec in made:
+            _same_whole(rec, full.record(rec.run, rec.index))
+        if unrecorded == 13:
+            light.seek(light.tick - 11)
+            full.seek(light.tick - 1)
 
 
 def test_rebuilding_op_after_op_goes_on_from_the_last_rebuild_and_stays_exact():

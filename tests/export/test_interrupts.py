@@ -194,17 +194,17 @@ def test_cli_export_stops_while_it_steps_the_runs_before_the_first_frame(
     from gradviz.engine.lab import Lab
 
     steps = []
-    real_step = Lab.step
+    real_advance = Lab.advance
 
-    def step(self: Lab, *args: object, **kwargs: object) -> object:
+    def advance(self: Lab, *args: object, **kwargs: object) -> object:
         steps.append(1)
         if len(steps) == 3:
             signal.raise_signal(signal.SIGTERM)
-        return real_step(self, *args, **kwargs)
+        return real_advance(self, *args, **kwargs)
 
     out = tmp_path / "a.gif"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Lab, "step", step)
+        mp.setattr(Lab, "advance", advance)
         code = cli.main(
             [*("export", *EXPORT, "-o", str(out)), "--iterations", "2000", "--per-frame", "iteration"]
         )

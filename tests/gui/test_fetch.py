@@ -1,8 +1,10 @@
-"""Records the window no longer keeps are rebuilt by the lab for whatever moment the cursor is at,
-also when it moves while an earlier rebuild is still under way."""
+"""Records the window does not keep: rebuilt by the lab for whatever moment the cursor is at, also
+when it moves while an earlier rebuild is still under way; during Play of a large model, made as
+the ops run."""
 
 from __future__ import annotations
 
+import numpy as np
 from gui_helpers import settle
 
 from tests.engine.helpers import MLP  # large enough that its lab keeps no full records
@@ -28,3 +30,39 @@ def test_a_moment_reached_while_another_is_being_rebuilt_gets_its_records_too(op
     settle(qtbot, w)
     run = c.history.info.runs[0].name
     assert w.grads.cell(run, "0.weight", "value").text() != PENDING
+
+
+def test_play_of_a_large_model_shows_every_frames_newest_op_as_a_full_lab_records_it(
+    open_window, qtbot
+) -> None:
+    from gradviz.engine import Lab, loads_scenario
+    from gradviz.gui.views.grads import PENDING
+
+    scenario = loads_scenario(MLP, "test").with_overrides(iterations=1000)
+    w = open_window(scenario)
+    c = w.controller
+    assert c.history is not None and not c.history.info.full_records
+    run = c.history.info.runs[0].name
+    c.set_speed(0)
+    c.play()
+    shown = []
+    for target in (100, 200, 300):
+        qtbot.waitUntil(lambda target=target: c.history.last_tick >= target, timeout=30_000)
+        assert c.playing
+        # The newest op's records came with it, made as it ran: nothing is left to rebuild.
+        assert not c.history.missing(c.cursor)
+        shown += [w.grads.cell(run, "0.weight", column).text() for column in ("value", ".grad", "+ backward")]
+    c.pause()
+    assert PENDING not in shown
+    newest = c.history.runs[run].index_at(c.cursor)
+    made = c.history.record(run, newest)
+    assert made is not None and made.op == "step"  # Play's batches end with a whole iteration recorded
+    full = Lab(scenario, record="full")
+    while full.tick <= made.tick:
+        full.advance()
+    kept = full.record(run, newest)
+    for name in made.params:
+        np.testing.assert_array_equal(made.params[name], kept.params[name])
+        np.testing.assert_array_equal(made.grads[name], kept.grads[name])
+        for key, value in kept.state[name].items():
+            np.testing.assert_array_equal(made.state[name][key], value)
