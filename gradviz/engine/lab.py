@@ -251,14 +251,14 @@ class Lab:
 
     # ------------------------------------------------------------ going back
     def _replay(
-        self, run: Run, last: int, full_from: int | None = None, resume_after: int | None = None
+        self, run: Run, last: int, record: bool = False, resume_after: int | None = None
     ) -> OpRecord | None:
         """Perform ``run``'s ops up to its op ``last``: from the keyframe before that op's iteration,
         or on from op ``resume_after`` (the op ``run`` has just performed).
 
-        Ops from index ``full_from`` on are performed in ``full`` mode, and the record of ``last``
-        is returned. Only ops the run performed before are performed again, so none of them
-        finds it stopped (its last one may stop it again).
+        With ``record``, op ``last`` is performed in ``full`` mode and its record returned. Only
+        ops the run performed before are performed again, so none of them finds it stopped (its
+        last one may stop it again).
         """
         h = self.history[run.name]
         ops = run.program.ops
@@ -269,15 +269,11 @@ class Lab:
             first = iteration * n
         else:
             first = resume_after + 1
-        plain_to = last + 1 if full_from is None else max(first, full_from)
-        for i in range(first, plain_to):
+        for i in range(first, last if record else last + 1):
             run.replay(ops[i % n], i // n)
-        if full_from is None:
+        if not record:
             return None
-        record = None
-        for i in range(plain_to, last + 1):
-            record = run.execute(ops[i % n], i // n, h.ticks.tick_of(i), "full", i)
-        return record
+        return run.execute(ops[last % n], last // n, h.ticks.tick_of(last), "full", last)
 
     def seek(self, tick: int) -> None:
         """Go back to the moment just after ``tick`` (``-1``: the start) and forget later ops.
@@ -308,7 +304,8 @@ class Lab:
             return run.norms()
 
     def record(self, run_name: str, index: int) -> OpRecord:
-        """The full record of op ``index`` of a run: kept, or rebuilt by replay from a keyframe."""
+        """The full record of op ``index`` of a run: kept, or rebuilt by replay from a keyframe
+        (or on from the op rebuilt last, where that lies between: rebuild ops in order)."""
         return self.history[run_name].records[index]
 
     def _shadow(self, run_name: str, r: int) -> Run:
@@ -331,7 +328,7 @@ class Lab:
         # between them: views asking for an op and then the next one pay for one replay.
         at = self._shadow_at.pop(run_name, None)
         resume = at if at is not None and h.keyframe_before(iteration) * n <= at < index else None
-        record = self._replay(shadow, index, full_from=iteration * n, resume_after=resume)
+        record = self._replay(shadow, index, record=True, resume_after=resume)
         assert record is not None and record.index == index
         self._shadow_at[run_name] = index
         return record

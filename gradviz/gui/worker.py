@@ -486,7 +486,8 @@ class LabWorker(QObject):
         if lab is None or generation != self.generation:
             return
         out = {}
-        for run, index in keys:
+        # In order, so that each rebuild goes on from the one before (see Lab.record).
+        for run, index in sorted(keys):
             if index < len(lab.history[run]):
                 out[(run, index)] = lab.record(run, index)
         self.fetched.emit(out, generation)

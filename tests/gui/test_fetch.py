@@ -5,6 +5,7 @@ the ops run."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from gui_helpers import settle
 
 from tests.engine.helpers import MLP  # large enough that its lab keeps no full records
@@ -66,3 +67,38 @@ def test_play_of_a_large_model_shows_every_frames_newest_op_as_a_full_lab_record
         np.testing.assert_array_equal(made.grads[name], kept.grads[name])
         for key, value in kept.state[name].items():
             np.testing.assert_array_equal(made.state[name][key], value)
+
+
+def test_the_records_of_a_moment_are_rebuilt_with_one_replay_from_a_keyframe(qapp) -> None:
+    from gradviz.engine import loads_scenario
+    from gradviz.engine.run import Run
+    from gradviz.gui.window_history import StepResult, WindowHistory, entries_since
+    from gradviz.gui.worker import LabWorker
+
+    # No zero_grad: a moment just after a forward reads the step before it and, further back,
+    # the backward whose gradient .grad still holds.
+    scenario = loads_scenario(MLP + '[loop]\norder = ["forward", "backward", "step"]\n', "test")
+    worker = LabWorker()
+    worker.build(scenario.with_overrides(iterations=1000), 1, 300, {})
+    lab, info = worker.lab, worker.info
+    assert lab is not None and info is not None and lab.mode == "light" and lab.keyframe_every > 2
+    history = WindowHistory(info)
+    history.extend(StepResult(entries_since(lab, {}), (), {}, -2, {}, False))
+    run = lab.runs[0].name
+    forward = 3 * (3 * lab.keyframe_every + 1)
+    keys = history.missing(history.runs[run].ticks[forward])
+    assert keys == [(run, forward - 1), (run, forward), (run, forward - 2)]
+    fetched = []
+    worker.fetched.connect(lambda records, generation: fetched.append(records))
+    restores = []
+    real_restore = Run.restore
+
+    def restore(self: Run, *args: object) -> None:
+        restores.append(1)
+        real_restore(self, *args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Run, "restore", restore)
+        worker.fetch(keys, 1)
+    assert sorted(fetched[0]) == sorted(keys)
+    assert len(restores) == 1
