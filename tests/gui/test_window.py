@@ -68,29 +68,36 @@ def test_every_grad_inspector_column_is_in_view_at_the_default_size(open_window,
     assert any("momentum" in text or "step" in text or text.startswith("m ‖") for text in state)
     longest = max(fm.horizontalAdvance(line) for text in state for line in text.split("\n"))
     assert longest <= widths[-1], "each optimizer-state entry on one line"
-    tips = [table.item(row, table.columnCount() - 1).toolTip() for row in range(table.rowCount())]
+    tips = [_hovered(w, table.item(row, table.columnCount() - 1)) for row in range(table.rowCount())]
     assert any("momentum_buffer: shape" in tip or "exp_avg: shape" in tip for tip in tips), "every element"
+
+
+def _hovered(w, item) -> str:
+    """The tooltip shown with the pointer resting on ``item`` of the inspector."""
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QToolTip
+
+    table = w.grads.table
+    rect = table.visualItemRect(item)
+    viewport = table.viewport()
+    QApplication.sendEvent(
+        viewport, QHelpEvent(QEvent.Type.ToolTip, rect.center(), viewport.mapToGlobal(rect.center()))
+    )
+    text = QToolTip.text()
+    QToolTip.hideText()
+    return text
 
 
 def test_hovering_an_inspector_number_shows_every_element_and_a_none_says_what_none_is(
     open_window, qtbot
 ) -> None:
-    from PySide6.QtGui import QHelpEvent
-    from PySide6.QtWidgets import QToolTip
-
     w = open_window("set-to-none")
     press(qtbot, w, RIGHT, modifier=SHIFT)  # one full iteration: .grad holds gradients
     press(qtbot, w, RIGHT)  # and zero_grad of the next: the set_to_none run's .grad is None
     settle(qtbot, w)
-    table = w.grads.table
 
     def tip(run: str, column: str) -> str:
-        item = w.grads.cell(run, "weight", column)
-        rect = table.visualItemRect(item)
-        viewport = table.viewport()
-        event = QHelpEvent(QEvent.Type.ToolTip, rect.center(), viewport.mapToGlobal(rect.center()))
-        QApplication.sendEvent(viewport, event)
-        return QToolTip.text()
+        return _hovered(w, w.grads.cell(run, "weight", column))
 
     weight = w.controller.moment().op_record("none").params["weight"]
     assert (
@@ -98,7 +105,6 @@ def test_hovering_an_inspector_number_shows_every_element_and_a_none_says_what_n
         == f"shape {list(weight.shape)}: [{', '.join(f'{v:.5g}' for v in weight.ravel())}]"
     )
     assert tip("none", ".grad").startswith(".grad is None: PyTorch holds no gradient tensor")
-    QToolTip.hideText()
 
 
 def test_grad_cell_reads_none_after_zero_grad_with_set_to_none(open_window, qtbot) -> None:

@@ -13,10 +13,10 @@ that module's parameters, in norms, so a whole model's ``.grad`` reads at a glan
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 import numpy as np
@@ -237,6 +237,11 @@ def state_tip(state: dict[str, Any]) -> str:
     return "\n".join(lines) or "The optimizer holds no state for this parameter yet."
 
 
+def group_state_tip(params: tuple[str, ...], states: tuple[dict[str, Any], ...]) -> str:
+    """Every element of the optimizer state of a module's parameters, each under its name."""
+    return "\n\n".join(f"{p}\n{state_tip(st)}" for p, st in zip(params, states, strict=True))
+
+
 def state_text(state: dict[str, Any], manual: bool) -> str:
     """The optimizer state of one parameter as short text, one line per entry."""
     if manual:
@@ -408,11 +413,17 @@ class CellDelegate(QStyledItemDelegate):
         option: QStyleOptionViewItem,
         index: QModelIndex | QPersistentModelIndex,
     ) -> bool:
-        """A number's tooltip, every element of its value, written when the pointer asks for it:
-        written in every frame of Play it would cost more than the cell's own text."""
-        if event.type() == QEvent.Type.ToolTip and index.data(KIND) in ("array", "none"):
-            QToolTip.showText(event.globalPos(), fmt.full(index.data(VALUES)), view)
-            return True
+        """A number's tooltip, every element of its value, and an optimizer state's, written when
+        the pointer asks for it: written in every frame of Play they would cost more than the
+        cells' own text."""
+        if event.type() == QEvent.Type.ToolTip:
+            tip = self.view.state_tips.get(index.row()) if index.column() == STATE else None
+            if tip is not None:
+                QToolTip.showText(event.globalPos(), tip(), view)
+                return True
+            if index.data(KIND) in ("array", "none"):
+                QToolTip.showText(event.globalPos(), fmt.full(index.data(VALUES)), view)
+                return True
         return super().helpEvent(event, view, option, index)
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
@@ -438,7 +449,8 @@ class GradsView(QWidget):
         self.rows: dict[tuple[str, str], int] = {}
         self.shown_rows: list[Row] = []
         self._layout_key: tuple | None = None  # what the column widths were last fitted to
-        self._state_tips: dict[int, object] = {}  # row -> the optimizer state its tooltip lists
+        # row -> its optimizer state's tooltip, written when the pointer asks for it
+        self.state_tips: dict[int, Callable[[], str]] = {}
         self._refit = False  # a cell changed what it shows since the widths were last fitted
         self._natural: list[int] | None = None  # each column's widest content when last fitted
         self.growing = False  # Play runs: the number columns only widen (see set_growing)
@@ -486,7 +498,7 @@ class GradsView(QWidget):
         """One row per run and parameter of the new lab (or module, where the lesson groups them)."""
         self.info = info
         self.rows = {}
-        self._state_tips = {}
+        self.state_tips = {}
         self.delegate.vectors.clear()
         self.shown_rows = inspector_rows(info)
         self.table.setRowCount(len(self.shown_rows))
@@ -811,10 +823,7 @@ class GradsView(QWidget):
             row = self.rows[(r.run, r.name)]
             for col in range(NAME + 1, len(COLUMNS)):
                 self._set(row, col, None, "na", False, PENDING)
-            if self._state_tips.pop(row, None) is not None:
-                item = self.table.item(row, STATE)
-                assert item is not None  # every cell is filled when the rows are built
-                item.setToolTip(PENDING_TIP)
+            self.state_tips[row] = lambda: PENDING_TIP
 
     def _draw_param(
         self, row: int, param: str, now: Any, before: Any, back: Any, manual: bool, just: bool
@@ -839,12 +848,7 @@ class GradsView(QWidget):
         text = state_text(state, manual)
         old = before.state.get(param, {}) if before is not None else {}
         self._set(row, STATE, None, "text", state_text(old, manual) != text, text)
-        if not manual and self._state_tips.get(row) is not state:
-            # Every element, formatted only when the state is new (a step made it).
-            self._state_tips[row] = state
-            item = self.table.item(row, STATE)
-            assert item is not None  # every cell is filled when the rows are built
-            item.setToolTip(state_tip(state))
+        self._tip_state(row, None if manual else partial(state_tip, state))
 
     def _draw_group(
         self, row: int, params: tuple[str, ...], now: Any, before: Any, back: Any, manual: bool
@@ -877,15 +881,14 @@ class GradsView(QWidget):
         text = "no optimizer" if manual else "\n".join(lines) or "empty"
         self._set(row, STATE, None, "text", False, text)
         states = tuple(now.state.get(p, {}) for p in params)
-        old = self._state_tips.get(row)
-        same = isinstance(old, tuple) and len(old) == len(states) and all(map(operator.is_, old, states))
-        if not manual and not same:
-            self._state_tips[row] = states
-            item = self.table.item(row, STATE)
-            assert item is not None  # every cell is filled when the rows are built
-            item.setToolTip(
-                "\n\n".join(f"{p}\n{state_tip(st)}" for p, st in zip(params, states, strict=True))
-            )
+        self._tip_state(row, None if manual else partial(group_state_tip, params, states))
+
+    def _tip_state(self, row: int, tip: Callable[[], str] | None) -> None:
+        """The row's optimizer-state tooltip: ``tip``, or without one (no optimizer) the cell's text."""
+        if tip is None:
+            self.state_tips.pop(row, None)
+        else:
+            self.state_tips[row] = tip
 
     # ---------------------------------------------------------------- frames
     def set_still(self) -> None:
