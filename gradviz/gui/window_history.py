@@ -519,7 +519,7 @@ class WindowHistory:
         out = []
         for name, rt in self.runs.items():
             for j in rt.needed(rt.index_at(tick)):
-                if rt.records[j] is None and (name, j) not in self.fetched and (name, j) not in self.newest:
+                if self.record(name, j) is None:
                     out.append((name, j))
         return out
 

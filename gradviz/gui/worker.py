@@ -423,10 +423,13 @@ class LabWorker(QObject):
         self.stepped.emit(result, generation)
 
     def _distances(self) -> tuple[float, ...]:
+        """Each run's distance in weight space from the first run, after every tick."""
         import torch
 
         assert self.lab is not None
         runs = self.lab.runs
+        if len(runs) == 1:  # nothing to measure: no copy of a (maybe large) model's weights each tick
+            return ()
         with torch.no_grad():
             base = torch.cat([p.detach().reshape(-1).double() for p in runs[0].tensors])
             return tuple(
