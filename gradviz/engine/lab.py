@@ -287,7 +287,13 @@ class Lab:
         self._shadow_at.clear()
         for run in self.runs:
             h = self.history[run.name]
-            self._replay(run, h.index_at(tick))
+            last = h.index_at(tick)
+            # A run that diverged at that op stays stopped there: a replay raises an error again,
+            # as the op did, but checks no value.
+            diverged = run.status == "diverged" and last == len(h) - 1
+            self._replay(run, last)
+            if diverged:
+                run.status = "diverged"
             h.truncate(tick)
             if len(h):
                 run.recapture()

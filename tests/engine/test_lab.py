@@ -250,6 +250,17 @@ def test_divergence_marks_the_run_stops_it_and_lets_the_others_go_on():
     assert not np.isfinite(last.loss if last.op == "forward" else last.params["weight"]).all()
     assert lab.run("reference").status == "running"
     assert max(r.iteration for r in records if r.run == "reference") == 199
+    # Back to a moment after it diverged, and on: it stays stopped at its last op, the other goes on.
+    lab.seek(lab.tick - 10)
+    assert lab.run("yours").status == "diverged" and len(lab.history["yours"]) == len(yours)
+    lab.run_iterations(5)
+    assert lab.run("yours").status == "diverged" and len(lab.history["yours"]) == len(yours)
+    assert lab.record("yours", len(yours) - 1).diverged
+    # Back to before it diverged: it runs again, and diverges at the same op.
+    lab.seek(yours[-1].tick - 1)
+    assert lab.run("yours").active
+    again = [r for r in lab.iterate(200) if r.run == "yours"]
+    assert [r.index for r in again] == [yours[-1].index] and again[0].diverged
 
 
 def test_an_error_in_the_users_loop_stops_that_run_with_pytorchs_message():
