@@ -33,7 +33,6 @@ from pathlib import Path
 
 from gradviz.engine.collector import set_aside_imports
 from gradviz.engine.lab import Lab, set_threads
-from gradviz.engine.loop import OpSlot
 from gradviz.engine.record import FAR_KEYFRAME_BYTES, SPARSE_AFTER, THINNED_EVERY
 from gradviz.engine.run import Run
 from gradviz.engine.scenario import loads_scenario
@@ -64,17 +63,17 @@ MLP = (Path(__file__).parent / "mlp-17k.toml").read_text()
 def copies_only(text: str) -> Lab:
     """A lab of full records whose runs make the copies a record is made of (every ``.grad`` after an op
     that may write one, the weights and optimizer state after a step) and keep nothing of them:
-    what recording costs before any record, norm or object of the history."""
+    what recording costs before any norm or history."""
     lab = Lab(loads_scenario(text, "bench"))
     for run in lab.runs:
 
-        def copy(slot: OpSlot, iteration: int, tick: int, index: int, run: Run = run) -> None:
-            if slot.op in run._grad_writers:
+        def copy(op: str, run: Run = run) -> None:
+            if op in run._grad_writers:
                 run._copy_grads()
-            if slot.op == "step":
+            if op == "step":
                 run._weights_now()
 
-        run._record = copy
+        run._copy_changes = copy  # type: ignore[method-assign]
     return lab
 
 

@@ -183,10 +183,10 @@ class Lab:
         Returns ``(run name, op index)`` of each op performed. A lab that keeps no
         full records makes none of them here (:meth:`step` does, or :meth:`record` later).
         """
-        return [(name, index) for name, index, _ in self._tick(before, self.mode)]
+        return [(run.name, index) for run, index in self._tick(before, self.mode)]
 
-    def _tick(self, before: int | None, mode: Mode) -> list[tuple[str, int, OpRecord | None]]:
-        """:meth:`advance`, each op performed in ``mode``; with each op, its record where ``mode`` is full."""
+    def _tick(self, before: int | None, mode: Mode) -> list[tuple[Run, int]]:
+        """:meth:`advance`, each op performed in ``mode``: the runs that performed one, and its index."""
         while not self.stopped and (before is None or self.tick < before):
             iteration, slot_index = divmod(self.tick, self.ticks_per_iteration)
             done = []
@@ -194,23 +194,22 @@ class Lab:
                 if not run.active:
                     continue
                 h = self.history[run.name]
-                # Iteration 0 starts from the state the lab was built with, kept already.
-                if slot_index == 0 and iteration and self.mode != "bare" and not self.streaming:
-                    if self.mode == "full":  # the state the last record left, shared with it
-                        h.keep_keyframe(iteration, Keyframe(run.current, run.last_loss))
-                    else:
-                        self._keyframe(run, h, iteration)
+                # Iteration 0 starts from the state the lab was built with, kept already; the
+                # records of a lab that keeps them hold the rest (RunHistory.keyframe).
+                if slot_index == 0 and iteration and self.mode == "light":
+                    self._keyframe(run, h, iteration)
                 slot = self.schedule[slot_index][r]
                 if slot is None:
                     continue
                 index = len(h)
-                record = run.execute(slot, iteration, self.tick, mode, index)
-                done.append((run.name, index, record))
+                run.execute(slot, iteration, mode)
+                done.append((run, index))
                 if mode == "bare":
                     continue
                 if self.streaming:
                     h.forget_all()
-                h.append(self.tick, run.last_loss, run.grad_norm, run.param_norm, record)
+                recorded = run if mode == "full" else None  # what the op left, copied
+                h.append(self.tick, run.last_loss, run.grad_norm, run.param_norm, recorded)
             self.tick += 1
             if done:
                 return done
@@ -226,7 +225,8 @@ class Lab:
         if self.mode == "bare":
             self.advance(before)
             return []
-        return [record for _, _, record in self._tick(before, "full") if record is not None]
+        done = self._tick(before, "full")
+        return [run.record(index, self.tick - 1) for run, index in done]  # the tick just performed
 
     def run_iterations(self, iterations: int) -> None:
         """Step until ``iterations`` more iterations are done (or every run stopped)."""
@@ -273,7 +273,8 @@ class Lab:
             run.replay(ops[i % n], i // n)
         if not record:
             return None
-        return run.execute(ops[last % n], last // n, h.ticks.tick_of(last), "full", last)
+        run.execute(ops[last % n], last // n, "full")
+        return run.record(last, h.ticks.tick_of(last))
 
     def seek(self, tick: int) -> None:
         """Go back to the moment just after ``tick`` (``-1``: the start) and forget later ops.
@@ -352,24 +353,19 @@ class Lab:
         h = self.history[run_name]
         r = [x.name for x in self.runs].index(run_name)
         kept_from = h.recent_from if h.keep_records else len(h)
-        out: list[np.ndarray] = []
+        ops = self.runs[r].program.ops
         if kept_from > 0:
             # Ops whose records are gone: replayed from the start, the parameters read after each step.
             shadow = self._shadow(run_name, r)
             self._shadow_at.pop(run_name, None)  # where the last rebuild left it no longer holds
             shadow.restore(*h.keyframe(0))
-            ops = shadow.program.ops
-            for i in range(kept_from):
-                slot = ops[i % len(ops)]
+        out: list[np.ndarray] = []
+        for i in range(len(h)):
+            slot = ops[i % len(ops)]
+            if i < kept_from:
                 shadow.replay(slot, i // len(ops))
-                if slot.op == "step":
-                    out.append(shadow.param_copy())
-                    if len(out) == block:
-                        yield np.stack(out)
-                        out = []
-        for rec in h.recent[max(kept_from - h.recent_from, 0) :]:
-            if rec.slot.op == "step":
-                out.append(rec.snapshot.param_flat)
+            if slot.op == "step":
+                out.append(shadow.param_copy() if i < kept_from else h.recent.params_after(i))
                 if len(out) == block:
                     yield np.stack(out)
                     out = []

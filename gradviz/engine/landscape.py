@@ -337,7 +337,7 @@ def current_params(run: Run) -> np.ndarray:
 def trajectory(lab: Lab, run_name: str) -> np.ndarray:
     """The run's path: its parameters at the start of every recorded iteration, then now."""
     h = lab.history[run_name]
-    points = [h.keyframe(k)[0].param_flat.astype(np.float64) for k in sorted(h.keyframes)]
+    points = [h.keyframe(k)[0].param_flat.astype(np.float64) for k in h.keyframe_iterations()]
     points.append(current_params(lab.run(run_name)))
     return np.stack(points)
 

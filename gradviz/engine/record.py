@@ -5,10 +5,10 @@ A :class:`Snapshot` is the full state of one run (parameters, ``.grad`` with
 numpy copies; consecutive ops share the parts they did not change. An
 :class:`OpRecord` is what one op left behind. A run's :class:`RunHistory`
 knows every op's tick from the schedule, keeps the scalars of the newest ops,
-full records for the recent past, and a :class:`Keyframe` at the start of some
-iterations; any op whose record is no
-longer kept (or was never made, for large models) is rebuilt exactly by replay
-from the keyframe before it.
+the full records of the recent past (:class:`RecentRecords`: what each op left,
+a record assembled when read), and a :class:`Keyframe` at the start of some
+iterations; any op whose record is no longer kept (or was never made, for
+large models) is rebuilt exactly by replay from the keyframe before it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, overload
 
 import numpy as np
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from gradviz.engine.footprint import Footprint
 
 StateKey = tuple[str, str, tuple[int, ...], str]  # (parameter, state key, shape, "dtype@where")
+RunStatus = Literal["running", "diverged", "error"]
 
 
 @dataclass(frozen=True)
@@ -224,8 +225,6 @@ class PackedSnapshot:
 class OpRecord(NamedTuple):
     """What one op of one run left behind. Arrays are read-only numpy copies; no tensor is held.
 
-    A named tuple: immutable, and made in one call for every op of a small model.
-
     ``grads[name] is None`` means PyTorch's ``.grad`` was ``None``, which is not
     the same as a tensor of zeros. ``fresh`` (``backward`` only) is what this
     call alone delivered to each ``.grad`` as hooks caught it; where every
@@ -309,6 +308,113 @@ class OpRecord(NamedTuple):
     def stale_grads(self) -> dict[str, np.ndarray | None] | None:
         """For ``backward``: what ``.grad`` already held before this call (``None`` where nothing)."""
         return None if self.prior is None else self.snapshot.layout.split(self.prior.flat, self.prior.present)
+
+
+class RecordedRun(Protocol):
+    """A run just after an op performed and recorded in full (:meth:`~gradviz.engine.run.Run.execute`):
+    what a history keeps of that op."""
+
+    last_loss: float | None
+    status: RunStatus
+    error: str | None
+    weights: Weights  # the state after the op: copies, shared with the ops that changed neither part
+    grad_copy: Grads
+    fresh: Grads | None  # a backward's: what it delivered to .grad, and what .grad held before it
+    prior: Grads | None
+    footprint: Footprint | None  # where the lesson measures it
+
+
+class RecentRecords(Sequence[OpRecord]):
+    """The full records of a run's recent ops: ``recent[j]`` is the record of op ``start + j``.
+
+    Kept as what each op left rather than an object per op: the state after it (its
+    :class:`Weights` and :class:`Grads`, shared with the ops that changed neither) and its loss;
+    and, only where an op has them, a backward's ``fresh`` and ``prior``, a footprint, the error
+    or divergence that stopped the run. A record is assembled when read.
+    """
+
+    def __init__(self, run: str, slots: Sequence[OpSlot], ticks: ScheduledTicks) -> None:
+        self.run = run
+        self.start = 0
+        self._slots = tuple(slots)  # the run's ops of one iteration, in order
+        self._ticks = ticks
+        self._weights: list[Weights] = []
+        self._grads: list[Grads] = []
+        self._loss: list[float | None] = []
+        # By op index: (fresh, prior) of a backward, a footprint, an op that stopped its run.
+        self._added: dict[int, tuple[Grads | None, Grads | None]] = {}
+        self._footprints: dict[int, Footprint] = {}
+        self._stops: dict[int, tuple[bool, str | None]] = {}  # (diverged, error)
+
+    def __len__(self) -> int:
+        return len(self._loss)
+
+    def append(self, run: RecordedRun) -> None:
+        """Keep what ``run``'s last op left, as the record of op ``start + len(self)``."""
+        index = self.start + len(self._loss)
+        self._weights.append(run.weights)
+        self._grads.append(run.grad_copy)
+        self._loss.append(run.last_loss)
+        if run.prior is not None:
+            self._added[index] = (run.fresh, run.prior)
+        if run.footprint is not None:
+            self._footprints[index] = run.footprint
+        if run.status != "running":
+            self._stops[index] = (run.status == "diverged", run.error)
+
+    @overload
+    def __getitem__(self, j: int) -> OpRecord: ...
+    @overload
+    def __getitem__(self, j: slice) -> list[OpRecord]: ...
+    def __getitem__(self, j: int | slice) -> OpRecord | list[OpRecord]:
+        n = len(self._loss)
+        if isinstance(j, slice):
+            return [self[k] for k in range(*j.indices(n))]
+        j = j + n if j < 0 else j
+        if not 0 <= j < n:
+            raise IndexError(j)
+        index = self.start + j
+        fresh, prior = self._added.get(index, (None, None))
+        diverged, error = self._stops.get(index, (False, None))
+        per_iteration = len(self._slots)
+        return OpRecord(
+            self.run, index, self._ticks.tick_of(index), index // per_iteration,
+            self._slots[index % per_iteration], self._loss[j], diverged, error,
+            Snapshot(self._weights[j], self._grads[j]), fresh, prior, self._footprints.get(index),
+        )  # fmt: skip
+
+    def params_after(self, index: int) -> np.ndarray:
+        """The parameters after op ``index`` (a kept one), end to end."""
+        return self._weights[index - self.start].param_flat
+
+    def keyframe_after(self, index: int) -> Keyframe:
+        """The state op ``index`` (a kept one) left, and its loss: the keyframe of the iteration
+        that op ``index`` ends."""
+        j = index - self.start
+        return Keyframe(Snapshot(self._weights[j], self._grads[j]), self._loss[j])
+
+    def drop_oldest(self, n: int) -> None:
+        """Forget the records of the oldest ``n`` ops."""
+        for column in (self._weights, self._grads, self._loss):
+            del column[:n]
+        self.start += n
+        self._forget_sparse(lambda index: index < self.start)
+
+    def truncate(self, keep: int) -> None:
+        """Forget the records of op ``keep`` and every op after it."""
+        for column in (self._weights, self._grads, self._loss):
+            del column[max(keep - self.start, 0) :]
+        self.start = min(self.start, keep)
+        self._forget_sparse(lambda index: index >= keep)
+
+    def clear(self) -> None:
+        """Forget every record, still counting the ops (the next one appended is op ``start + len``)."""
+        self.drop_oldest(len(self))
+
+    def _forget_sparse(self, gone: Callable[[int], bool]) -> None:
+        for sparse in (self._added, self._footprints, self._stops):
+            for index in [index for index in sparse if gone(index)]:
+                del sparse[index]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -406,12 +512,12 @@ class RunHistory:
     - Every op: its tick, worked out from the lab's schedule (:class:`ScheduledTicks`), so
       nothing is stored for it.
     - The newest ops (:data:`SCALARS_KEPT`): their :class:`Scalars`, read with :meth:`scalars`.
-    - The recent past: the op's full :class:`OpRecord`, at most ``recent`` of
+    - The recent past: the op's full record (:class:`RecentRecords`), at most ``recent`` of
       them (0 for a large model, which keeps none).
     - Keyframes: the state at the start of an iteration. While its ops' records
-      are kept, every iteration has one (sharing the record's arrays); further
-      back only every ``THINNED_EVERY``-th stays, packed (without records, every
-      ``spacing``-th is kept, packed, from the start). Beyond :data:`SPARSE_AFTER`
+      are kept, every iteration has one: the state its previous op left, read from that op's
+      record; further back only every ``THINNED_EVERY``-th stays, packed (without records,
+      every ``spacing``-th is kept, packed, from the start). Beyond :data:`SPARSE_AFTER`
       iterations, only every :attr:`sparse_every`-th, whose spacing doubles to keep
       them within :data:`FAR_KEYFRAME_BYTES`.
 
@@ -423,6 +529,7 @@ class RunHistory:
         self,
         run: str,
         recent: int,
+        slots: Sequence[OpSlot],
         ticks: ScheduledTicks,
         rebuild: Rebuild | None = None,
         scalars: int = SCALARS_KEPT,
@@ -433,7 +540,7 @@ class RunHistory:
         self._thin_at = recent + max(1, recent // 8)
         self.rebuild = rebuild
         self.keep_records = recent > 0
-        self.recent: list[OpRecord] = []
+        self.recent = RecentRecords(run, slots, ticks)
         self.records = Records(self)
         self.keyframes: dict[int, Keyframe] = {}
         # Iterations between the keyframes kept beyond the full records: THINNED_EVERY; without
@@ -481,18 +588,18 @@ class RunHistory:
         loss: float | None,
         grad_norm: float,
         param_norm: float,
-        record: OpRecord | None = None,
+        recorded: RecordedRun | None = None,
     ) -> None:
-        """Add one op: its tick (the run's next in the schedule), scalars, and its full record
-        where this history keeps them."""
+        """Add one op: its tick (the run's next in the schedule), scalars, and, where this history
+        keeps full records, what the op left (``recorded``: the run just after it, recorded in full)."""
         self.ticks.append(tick)
         self.loss.append(math.nan if loss is None else loss)
         self.grad_norm.append(grad_norm)
         self.param_norm.append(param_norm)
         if len(self.loss) >= self._forget_at:
             self._forget_scalars(len(self.loss) - self.scalars_kept)
-        if record is not None and self.keep_records:
-            self.recent.append(record)
+        if recorded is not None and self.keep_records:
+            self.recent.append(recorded)
             if len(self.recent) >= self._thin_at:
                 self._thin(len(self.recent) - self.recent_limit)
 
@@ -513,8 +620,15 @@ class RunHistory:
         ``spacing``-th (packed): what stays of those ops is their columns and a share of one.
         Keyframes more than :data:`SPARSE_AFTER` iterations before the records kept are thinned on
         (:meth:`_thin_far`)."""
-        dropped, self.recent = self.recent[:n], self.recent[n:]
-        first_kept = self.recent[0].iteration if self.recent else dropped[-1].iteration + 1
+        per_iteration = len(self.ticks.offsets)
+        start = self.recent.start
+        first_kept = (start + n) // per_iteration  # the iteration of the first record kept
+        # The keyframes these records held (each iteration's, its previous op's state) that stay:
+        # every spacing-th, and the first kept iteration's, where the near past starts.
+        for k in range(start // per_iteration + 1, first_kept + 1):
+            if k % self.spacing == 0 or k == first_kept:
+                self.keyframes[k] = self.recent.keyframe_after(k * per_iteration - 1)
+        self.recent.drop_oldest(n)
         for k in range(self._thinned_to, first_kept):
             keyframe = self.keyframes.get(k)
             if keyframe is None:
@@ -557,15 +671,29 @@ class RunHistory:
 
     def keyframe(self, iteration: int) -> tuple[Snapshot, float | None]:
         """The keyframe at the start of ``iteration`` (unpacked) and the loss then."""
-        kept = self.keyframes[iteration]
+        kept = self.keyframes.get(iteration)
+        if kept is None:
+            kept = self.recent.keyframe_after(self._ending(iteration))
         return kept.unpacked(), kept.loss
 
     def keyframe_before(self, iteration: int) -> int:
         """The last iteration at or before ``iteration`` that has a keyframe."""
-        if iteration in self.keyframes:
+        if iteration in self.keyframes or self._ending(iteration) >= 0:
             return iteration
         order = list(self.keyframes)  # inserted in time order
         return order[bisect.bisect_right(order, iteration) - 1]
+
+    def keyframe_iterations(self) -> list[int]:
+        """Every iteration with a keyframe, in order: those kept, and those the records hold."""
+        per_iteration = len(self.ticks.offsets)
+        held = range(self.recent_from // per_iteration + 1, (len(self) - 1) // per_iteration + 1)
+        return sorted({*self.keyframes, *held})
+
+    def _ending(self, iteration: int) -> int:
+        """The kept op whose record holds the keyframe of ``iteration`` (the op before it), where
+        the iteration has begun; -1: none."""
+        index = iteration * len(self.ticks.offsets) - 1
+        return index if iteration and self.recent_from <= index < len(self) - 1 else -1
 
     def index_at(self, tick: int) -> int:
         """Index of the last op with ``tick`` at or before ``tick``; -1 if none."""
@@ -585,7 +713,7 @@ class RunHistory:
         self._doublings = 0
         self._count_far_bytes()
         keep = self.index_at(tick) + 1
-        del self.recent[max(keep - self.recent_from, 0) :]
+        self.recent.truncate(keep)
         self.ticks.truncate(keep)
         for col in (self.loss, self.grad_norm, self.param_norm):
             del col[max(keep - self.scalars_from, 0) :]
@@ -604,7 +732,14 @@ class History:
         scalars: int = SCALARS_KEPT,
     ) -> None:
         self.runs = {
-            name: RunHistory(name, recent, ScheduledTicks.of_schedule(schedule, r), rebuild, scalars)
+            name: RunHistory(
+                name,
+                recent,
+                [slot for row in schedule if (slot := row[r]) is not None],
+                ScheduledTicks.of_schedule(schedule, r),
+                rebuild,
+                scalars,
+            )
             for r, name in enumerate(runs)
         }
 

@@ -14,7 +14,7 @@ import torch
 from gradviz.engine.copying import EMPTY, flat_copy, join, numpy_views
 from gradviz.engine.footprint import Footprint, SavedBytes, can_count_saved, graph_nodes, wanted
 from gradviz.engine.loop import OpSlot, build_program
-from gradviz.engine.record import Grads, Layout, OpRecord, Snapshot, StateKey, Weights
+from gradviz.engine.record import Grads, Layout, OpRecord, RunStatus, Snapshot, StateKey, Weights
 from gradviz.engine.scenario import RunSpec, Scenario
 from gradviz.engine.zoo import Batch, Phase, build_task
 
@@ -33,7 +33,9 @@ class Run:
     """The live state of one run: its task (model and data), optimizers, and position.
 
     ``execute`` performs one op exactly as user code would and, in ``full``
-    mode, returns an :class:`OpRecord` made of copies of the real tensors.
+    mode, copies what it changed from the real tensors: the attributes a
+    history keeps (:class:`~gradviz.engine.record.RecordedRun`), of which
+    :meth:`record` makes the op's :class:`OpRecord`.
     """
 
     # Set to watch the autograd graph of each forward and backward (see engine/graph.py).
@@ -60,11 +62,11 @@ class Run:
                 self.optimizers[phase.optimizer] = cls(
                     self._phase_tensors[name], lr=spec.optimizer.lr, **spec.optimizer.options
                 )
-        self._fresh: dict[int, torch.Tensor] = {}
+        self._delivered: dict[int, torch.Tensor] = {}  # what each backward delivered, as hooks caught it
         self._hooks: list[Any] = []
         self._live_loss: dict[str, torch.Tensor] = {}
         self.last_loss: float | None = None
-        self.status: Literal["running", "diverged", "error"] = "running"
+        self.status: RunStatus = "running"
         self.error: str | None = None
         self.grad_norm = 0.0
         self.param_norm = 0.0
@@ -78,7 +80,12 @@ class Run:
         # snapshots while they hold (a manual loop's fixed ``lr`` has no optimizer to read).
         self._lr_read: list[Any] = []
         self._lrs: dict[str, float] = {"lr": spec.optimizer.lr}
-        self.current = self.capture()
+        # What the last op recorded in full left, copied: the state after it (shared with the ops
+        # before that changed neither part), a backward's fresh and prior, a measured footprint.
+        self.weights, self.grad_copy = self._weights_now(), self._copy_grads()
+        self.fresh: Grads | None = None
+        self.prior: Grads | None = None
+        self.footprint: Footprint | None = None
         # True once an op ran unrecorded (light, bare or replayed): ``current`` is then out of date,
         # and is copied again before the next op recorded in full.
         self._unrecorded = False
@@ -123,7 +130,7 @@ class Run:
     def _hook(self, i: int) -> Any:
         def keep(grad: torch.Tensor) -> None:
             # What this backward delivers to the parameter, before it is added to .grad.
-            self._fresh[i] = grad
+            self._delivered[i] = grad
 
         return keep
 
@@ -183,7 +190,7 @@ class Run:
             # The loss stays for the backward calls after this one through the same graph.
             last = slot.again == self.loop.backwards - 1
             loss = self._live_loss.pop(phase.name) if last else self._live_loss[phase.name]
-            self._fresh.clear()
+            self._delivered.clear()
             retain = self.loop.retain_graph
             if measure:
                 self._walked = graph_nodes(loss)
@@ -195,23 +202,22 @@ class Run:
         else:
             self._step(phase)
 
-    def execute(
-        self, slot: OpSlot, iteration: int, tick: int, mode: Mode, index: int = -1
-    ) -> OpRecord | None:
+    def execute(self, slot: OpSlot, iteration: int, mode: Mode) -> None:
         """Perform ``slot``'s op for real; record it as ``mode`` asks.
 
         An exception from PyTorch (for example ``p.grad`` being ``None`` in a
         manual loop) stops this run with that error, as it would stop the
         user's program; a non-finite loss or parameter marks it diverged.
-        In ``full`` mode the result is the op's record (``index``: its place in the run's history);
-        a run whose last op ran unrecorded copies its state first, as the record's before.
+        In ``full`` mode the op's copies are kept in this run's attributes until the next op
+        (:meth:`record` makes its record of them); a run whose last op ran unrecorded copies its
+        state first, as the record's before.
         """
         if mode == "full" and self._unrecorded:
             self.recapture()
         if slot.op == "backward":
             # Hooks are needed only where the call adds to an existing .grad (see OpRecord.fresh);
             # a full record's snapshot says whether one exists.
-            adding = mode == "full" and True in self.current.grad_present
+            adding = mode == "full" and True in self.grad_copy.present
             if adding != bool(self._hooks):
                 self._catch_fresh_grads(adding)
         measure = mode == "full" and self.measures
@@ -226,14 +232,14 @@ class Run:
         if slot.op == "forward" and self.last_loss is not None and not math.isfinite(self.last_loss):
             self.status = "diverged"
         if mode == "full":
-            return self._record(slot, iteration, tick, index)
+            self._copy_changes(slot.op)
+            return
         self._unrecorded = True
         if mode == "bare":
             if slot.op == "step" and not math.isfinite(self._param_norm()):
                 self.status = "diverged"
-            return None
+            return
         self._measure(slot.op)
-        return None
 
     def replay(self, slot: OpSlot, iteration: int) -> None:
         """Perform ``slot``'s op again, as it ran the first time: nothing recorded, nothing checked
@@ -253,35 +259,39 @@ class Run:
         self._live_loss.clear()
 
     # ------------------------------------------------------------ recording
-    def _record(self, slot: OpSlot, iteration: int, tick: int, index: int) -> OpRecord:
-        """The record of ``slot``'s op, just performed: copies of what it changed, shared the rest."""
-        before = self.current
-        op = slot.op
-        weights, grads = before.weights, before.grad_copy
+    def _copy_changes(self, op: str) -> None:
+        """Copy what ``op``, just performed, changed; share the rest with the op before."""
+        prior = self.grad_copy
+        self.fresh = self.prior = self.footprint = None
         if op in self._grad_writers:
-            grads = self._copy_grads()
-            self.grad_norm = _norm([grads.flat]) if grads.flat.size else 0.0
+            self.grad_copy = self._copy_grads()
+            self.grad_norm = _norm([self.grad_copy.flat])
         if op == "step":
-            weights = self._weights_now()
+            self.weights = self._weights_now()
             # The norm of the copy just made: the same numbers as the live parameters'.
-            self.param_norm = _norm([weights.param_flat])
+            self.param_norm = _norm([self.weights.param_flat])
             if not math.isfinite(self.param_norm):
                 self.status = "diverged"
-        fresh = prior = None
         if op == "backward":
-            prior = before.grad_copy
+            self.prior = prior
             # Where every .grad was None, autograd made .grad exactly what it delivered.
-            fresh = self._fresh_copy() if self._hooks else grads
-        if weights is not before.weights or grads is not before.grad_copy:
-            self.current = Snapshot(weights, grads)
-        footprint = None
+            self.fresh = self._fresh_copy() if self._hooks else self.grad_copy
         if self.measures:
             peak = torch.cuda.max_memory_allocated(self.tensors[0].device) if self._on_gpu else None
-            footprint = Footprint(self._saved.live if self._count_saved else None, self._walked, peak)
+            self.footprint = Footprint(self._saved.live if self._count_saved else None, self._walked, peak)
+
+    def record(self, index: int, tick: int) -> OpRecord:
+        """The record of this run's op ``index`` at ``tick``, just performed in ``full`` mode."""
+        ops = self.program.ops
         return OpRecord(
-            self.name, index, tick, iteration, slot, self.last_loss, self.status == "diverged", self.error,
-            self.current, fresh, prior, footprint,
+            self.name, index, tick, index // len(ops), ops[index % len(ops)], self.last_loss,
+            self.status == "diverged", self.error, self.current, self.fresh, self.prior, self.footprint,
         )  # fmt: skip
+
+    @property
+    def current(self) -> Snapshot:
+        """The state as the last op recorded in full (or a restore, or a capture) left it, copied."""
+        return Snapshot(self.weights, self.grad_copy)
 
     def _copy_grads(self) -> Grads:
         """Every ``.grad`` now, copied; ``None`` ones marked absent."""
@@ -295,8 +305,8 @@ class Run:
 
     def _fresh_copy(self) -> Grads:
         """What the last backward delivered to each parameter (hooks caught it), copied; then let go."""
-        caught = [self._fresh.get(i) for i in range(len(self.tensors))]
-        self._fresh.clear()
+        caught = [self._delivered.get(i) for i in range(len(self.tensors))]
+        self._delivered.clear()
         present = tuple(t is not None for t in caught)
         return Grads(flat_copy([t for t in caught if t is not None]), present)
 
@@ -334,7 +344,7 @@ class Run:
 
     def recapture(self) -> None:
         """Copy the state now into ``current``, where ops ran unrecorded since it was made."""
-        self.current = self.capture()
+        self.weights, self.grad_copy = self._weights_now(), self._copy_grads()
         self._unrecorded = False
 
     def capture(self, grads: bool = True) -> Snapshot:
@@ -358,8 +368,7 @@ class Run:
     def norms(self) -> tuple[float, float]:
         """The norms of every ``.grad`` and of the parameters in ``current``, as a full record's op
         computes them (a light run's, from the tensors one by one, may differ in the last bit)."""
-        grads, params = self.current.grad_flat, self.current.param_flat
-        return (_norm([grads]) if grads.size else 0.0), _norm([params])
+        return _norm([self.grad_copy.flat]), _norm([self.weights.param_flat])
 
     def _measure(self, op: str) -> None:
         """The norms the timeline plots, from the live tensors (all a light run records)."""
@@ -404,11 +413,11 @@ class Run:
                 group["lr"] = snap.lr[name]
         self._state_layout = None
         self._live_loss.clear()
-        self._fresh.clear()
+        self._delivered.clear()
         self.last_loss = loss
         self.status = "running"
         self.error = None
-        self.current = snap
+        self.weights, self.grad_copy = snap.weights, snap.grad_copy
         self._unrecorded = False
         self.grad_norm, self.param_norm = self.norms()
 
@@ -468,12 +477,22 @@ class StateLayout:
         return tuple([(name, key, entries[key]) for name, entries, key in self.others])
 
 
-def _norm(views: Sequence[np.ndarray]) -> float:
-    """Euclidean norm of all ``views`` together.
+# Up to this many values, a norm is taken by math.hypot over a list of them, in double: that costs
+# less than one numpy call. Beyond it, numpy's single-precision dot products cost less.
+HYPOT_VALUES = 24
 
-    Single-precision dot products, redone in double where one overflows, so
-    the result is inf or nan only when an element is.
+
+def _norm(views: Sequence[np.ndarray]) -> float:
+    """Euclidean norm of all ``views`` (flat arrays) together; inf or nan only when an element is.
+
+    Few values (a small model's): ``math.hypot`` of them all, the same however they are split into
+    views. More: single-precision dot products, redone in double where one overflows.
     """
+    if len(views) == 1:
+        if views[0].size <= HYPOT_VALUES:
+            return math.hypot(*views[0].tolist())
+    elif sum([v.size for v in views]) <= HYPOT_VALUES:
+        return math.hypot(*[x for v in views for x in v.tolist()])
     total = 0.0
     for v in views:
         square = float(v.dot(v))

@@ -17,6 +17,7 @@ import torch
 from gradviz.engine import Lab, OpRecord, load_builtin, loads_scenario
 from gradviz.engine.copying import flat_copy
 from gradviz.engine.record import THINNED_EVERY, Grads, Snapshot
+from gradviz.engine.scenario import builtin_names
 
 from .helpers import MLP
 
@@ -91,6 +92,50 @@ def _assert_bit_for_bit(a: OpRecord, b: OpRecord) -> None:
     assert repr(a.loss) == repr(b.loss)  # exact, and nan equals nan
     assert _snapshots_same(a.snapshot, b.snapshot)
     assert _grads_same(a.fresh, b.fresh) and _grads_same(a.prior, b.prior)
+
+
+DIVERGING = """
+[model]
+kind = "linear"
+[data]
+kind = "line"
+[optimizer]
+kind = "SGD"
+lr = 3.0
+[[runs]]
+name = "yours"
+order = ["forward", "backward", "step"]
+[[runs]]
+name = "reference"
+[runs.optimizer]
+lr = 0.1
+"""
+
+
+@pytest.mark.parametrize("name", [*builtin_names(), "diverging"])
+def test_the_records_a_history_keeps_are_the_records_its_ops_returned_as_they_ran(name: str):
+    # Thinned as it goes, then cut back by a seek and stepped on: every record still kept reads as
+    # the op's own did, with what a backward added and found, a footprint, an error or divergence.
+    scenario = loads_scenario(DIVERGING, "test") if name == "diverging" else load_builtin(name)
+    lab = Lab(scenario, recent=60)
+    returned = {run.name: [] for run in lab.runs}
+    for rec in lab.iterate(40):
+        returned[rec.run].append(rec)
+    lab.seek(lab.tick - 2 * lab.ticks_per_iteration - 1)
+    for run in lab.runs:
+        del returned[run.name][len(lab.history[run.name]) :]
+    for rec in lab.iterate(45):
+        returned[rec.run].append(rec)
+    assert any(lab.history[run.name].recent_from > 0 for run in lab.runs)  # thinned
+    for run in lab.runs:
+        h = lab.history[run.name]
+        assert 0 < len(h.recent) <= len(h) == len(returned[run.name])
+        for index in range(h.recent_from, len(h)):
+            kept, ran = h.records[index], returned[run.name][index]
+            _assert_bit_for_bit(kept, ran)
+            assert kept.footprint == ran.footprint
+    stopped = [r for records in returned.values() for r in records if r.error or r.diverged]
+    assert bool(stopped) == (name in ("backward-twice", "rnn-tbptt", "diverging"))
 
 
 def test_seek_into_the_thinned_past_gives_each_op_the_record_it_had_when_it_ran():
