@@ -22,6 +22,25 @@ kind = "Adam"
 lr = 0.01
 """
 
+# Two runs of a line fit: "yours" at a learning rate that diverges within a few dozen iterations,
+# with no zero_grad; the reference at one that converges.
+DIVERGING = """
+[model]
+kind = "linear"
+[data]
+kind = "line"
+[optimizer]
+kind = "SGD"
+lr = 3.0
+[[runs]]
+name = "yours"
+order = ["forward", "backward", "step"]
+[[runs]]
+name = "reference"
+[runs.optimizer]
+lr = 0.1
+"""
+
 
 def records_by_run(lab: Lab, iterations: int) -> dict[str, list[OpRecord]]:
     """Step ``lab`` for ``iterations`` and group the records by run."""

@@ -19,7 +19,7 @@ from gradviz.engine.copying import flat_copy
 from gradviz.engine.record import THINNED_EVERY, Grads, Snapshot
 from gradviz.engine.scenario import builtin_names
 
-from .helpers import MLP
+from .helpers import DIVERGING, MLP
 
 
 def _reachable(root: object) -> Iterator[object]:
@@ -92,24 +92,6 @@ def _assert_bit_for_bit(a: OpRecord, b: OpRecord) -> None:
     assert repr(a.loss) == repr(b.loss)  # exact, and nan equals nan
     assert _snapshots_same(a.snapshot, b.snapshot)
     assert _grads_same(a.fresh, b.fresh) and _grads_same(a.prior, b.prior)
-
-
-DIVERGING = """
-[model]
-kind = "linear"
-[data]
-kind = "line"
-[optimizer]
-kind = "SGD"
-lr = 3.0
-[[runs]]
-name = "yours"
-order = ["forward", "backward", "step"]
-[[runs]]
-name = "reference"
-[runs.optimizer]
-lr = 0.1
-"""
 
 
 @pytest.mark.parametrize("name", [*builtin_names(), "diverging"])

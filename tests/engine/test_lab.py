@@ -16,7 +16,7 @@ from gradviz.engine.record import PackedSnapshot
 from gradviz.engine.run import Run
 from gradviz.engine.scenario import builtin_names
 
-from .helpers import MLP, builtin_lab
+from .helpers import DIVERGING, MLP, builtin_lab
 
 
 def _same(a: OpRecord, b: OpRecord) -> None:
@@ -222,25 +222,7 @@ def test_packed_keyframes_come_back_bit_for_bit_in_less_memory():
 
 
 def test_divergence_marks_the_run_stops_it_and_lets_the_others_go_on():
-    scenario = loads_scenario(
-        """
-        [model]
-        kind = "linear"
-        [data]
-        kind = "line"
-        [optimizer]
-        kind = "SGD"
-        lr = 3.0
-        [[runs]]
-        name = "yours"
-        order = ["forward", "backward", "step"]
-        [[runs]]
-        name = "reference"
-        [runs.optimizer]
-        lr = 0.1
-        """,
-        "test",
-    )
+    scenario = loads_scenario(DIVERGING, "test")
     lab = Lab(scenario)
     records = list(lab.iterate(200))
     yours = [r for r in records if r.run == "yours"]
