@@ -1,7 +1,9 @@
-"""Copies of tensors into flat numpy arrays, made with as few calls as possible.
+"""Copies of tensors into bytes of float32 values, made with as few calls as possible.
 
 For a small model one PyTorch call costs more than the arithmetic of an op,
 so copies go through numpy views of the tensors' memory where numpy can see it.
+A copy is kept as bytes and made a numpy array (``record.floats``) only when read:
+an array object per copy kept would cost more than the copy itself.
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ import numpy as np
 import torch
 
 FLOAT32 = np.dtype(np.float32)
-EMPTY = np.zeros(0, dtype=np.float32)
-EMPTY.flags.writeable = False
 
 
 def numpy_views(tensors: Sequence[torch.Tensor]) -> list[np.ndarray] | None:
@@ -33,26 +33,23 @@ def numpy_views(tensors: Sequence[torch.Tensor]) -> list[np.ndarray] | None:
     return views
 
 
-def join(views: Sequence[np.ndarray]) -> np.ndarray:
-    """One new read-only float32 array holding ``views`` end to end.
+def join(views: Sequence[np.ndarray]) -> bytes:
+    """The float32 values of ``views`` end to end, as bytes.
 
-    Contiguous float32 views are joined as bytes, in one call into Python
-    itself: for a few small arrays that costs less than numpy's concatenate,
-    and slows the PyTorch calls around it less. A non-contiguous view raises
-    ``TypeError``.
+    Contiguous float32 views are joined in one call into Python itself: for a
+    few small arrays that costs less than numpy's concatenate, and slows the
+    PyTorch calls around it less. A non-contiguous view raises ``TypeError``.
     """
     for v in views:
         if v.dtype is not FLOAT32:
-            flat = np.concatenate(views, axis=None).astype(np.float32)
-            flat.flags.writeable = False
-            return flat
-    return np.frombuffer(b"".join(views), FLOAT32)  # type: ignore[arg-type]  # arrays are buffers
+            return np.concatenate(views, axis=None).astype(np.float32).tobytes()
+    return b"".join(views)  # type: ignore[arg-type]  # arrays are buffers
 
 
-def flat_copy(tensors: Sequence[torch.Tensor]) -> np.ndarray:
-    """One copy of many tensors into a new flat float32 array, on the CPU."""
+def flat_copy(tensors: Sequence[torch.Tensor]) -> bytes:
+    """One copy of many tensors' values, end to end, as float32 bytes (on the CPU)."""
     if not tensors:
-        return EMPTY
+        return b""
     try:  # CPU tensors that need no gradient, of a dtype numpy has: joined in one call
         return join([t.numpy() for t in tensors])
     except (TypeError, RuntimeError):
@@ -60,5 +57,4 @@ def flat_copy(tensors: Sequence[torch.Tensor]) -> np.ndarray:
     parts = [t.detach().reshape(-1).float() for t in tensors]
     if len({t.device for t in parts}) > 1:  # optimizer state may keep its step count on the CPU
         parts = [t.cpu() for t in parts]
-    # A copy of its own: the array torch would give shares a tensor's memory and keeps it alive.
-    return np.array(torch.cat(parts).cpu().numpy(), copy=True)
+    return torch.cat(parts).cpu().numpy().tobytes()

@@ -30,6 +30,7 @@ import torch
 
 from gradviz.engine.copying import flat_copy
 from gradviz.engine.errors import UserError, one_line, quoted
+from gradviz.engine.record import floats
 
 if TYPE_CHECKING:
     from gradviz.engine.lab import Lab
@@ -898,7 +899,7 @@ class _Copies:
         try:
             flat = torch._C._nn.flatten_dense_tensors(tensors).to("cpu").numpy()
         except (RuntimeError, TypeError):  # mixed dtypes or devices, or a dtype numpy lacks
-            flat = flat_copy(tensors)
+            flat = floats(flat_copy(tensors))
         arrays: dict[int, np.ndarray] = {}
         at = 0
         for t in tensors:

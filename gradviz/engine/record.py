@@ -2,7 +2,7 @@
 
 A :class:`Snapshot` is the full state of one run (parameters, ``.grad`` with
 ``None`` kept distinct from zeros, optimizer state, learning rates) as flat
-numpy copies; consecutive ops share the parts they did not change. An
+float32 copies, read as numpy arrays; consecutive ops share the parts they did not change. An
 :class:`OpRecord` is what one op left behind. A run's :class:`RunHistory`
 knows every op's tick from the schedule, keeps the scalars of the newest ops,
 the full records of the recent past (:class:`RecentRecords`: what each op left,
@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 
 StateKey = tuple[str, str, tuple[int, ...], str]  # (parameter, state key, shape, "dtype@where")
 RunStatus = Literal["running", "diverged", "error"]
+
+
+def floats(data: bytes) -> np.ndarray:
+    """The float32 values of a copy's bytes, as a read-only array sharing them."""
+    return np.frombuffer(data, np.float32)
 
 
 @dataclass(frozen=True)
@@ -71,15 +76,20 @@ class Weights:
     """What only a ``step`` (or a restore) changes: parameters, optimizer state, learning rates.
 
     Parameters and optimizer-state tensors are copied together, parameters
-    first, into one float32 array; the ops between two steps share one
-    ``Weights``.
+    first, into one run of float32 values (``values``, their bytes); the ops
+    between two steps share one ``Weights``.
     """
 
     layout: Layout
-    flat: np.ndarray
+    values: bytes
     state_keys: tuple[StateKey, ...]
     state_other: tuple[tuple[str, str, Any], ...]
     lr: Mapping[str, float]
+
+    @cached_property
+    def flat(self) -> np.ndarray:
+        """Every value, parameters first, as a read-only array."""
+        return floats(self.values)
 
     @property
     def param_flat(self) -> np.ndarray:
@@ -114,11 +124,17 @@ class Grads:
     """Copies of ``.grad`` tensors end to end, and which parameters had one.
 
     ``present[i]`` is False where the parameter's ``.grad`` was ``None``,
-    which is not the same as a tensor of zeros; ``flat`` holds the present ones only.
+    which is not the same as a tensor of zeros; ``values`` holds the float32 bytes of the present
+    ones only.
     """
 
-    flat: np.ndarray
+    values: bytes
     present: tuple[bool, ...]
+
+    @property
+    def flat(self) -> np.ndarray:
+        """The present ``.grad`` values end to end, as a read-only array."""
+        return floats(self.values)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -179,7 +195,7 @@ class Snapshot:
     @property
     def nbytes(self) -> int:
         """Bytes of the copied arrays."""
-        return self.weights.flat.nbytes + self.grad_copy.flat.nbytes
+        return len(self.weights.values) + len(self.grad_copy.values)
 
 
 # Where a float32's sign and high exponent bits lie among its four bytes.
@@ -211,11 +227,9 @@ class PackedSnapshot:
         words = np.empty((len(self._low), 4), np.uint8)
         words[:, _LOW_BYTES] = self._low
         words[:, _TOP_BYTE] = np.frombuffer(zlib.decompress(self._top), np.uint8)
-        flat = words.view(np.float32).reshape(-1)
-        flat.flags.writeable = False
-        weights, grads = flat[: self._weight_count], flat[self._weight_count :]
+        data, cut = words.tobytes(), 4 * self._weight_count
         layout, keys, other, lr, present = self._fields
-        return Snapshot(Weights(layout, weights, keys, other, lr), Grads(grads, present))
+        return Snapshot(Weights(layout, data[:cut], keys, other, lr), Grads(data[cut:], present))
 
     @property
     def nbytes(self) -> int:

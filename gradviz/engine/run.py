@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
-from gradviz.engine.copying import EMPTY, flat_copy, join, numpy_views
+from gradviz.engine.copying import flat_copy, join, numpy_views
 from gradviz.engine.footprint import Footprint, SavedBytes, can_count_saved, graph_nodes, wanted
 from gradviz.engine.loop import OpSlot, build_program
-from gradviz.engine.record import Grads, Layout, OpRecord, RunStatus, Snapshot, StateKey, Weights
+from gradviz.engine.record import Grads, Layout, OpRecord, RunStatus, Snapshot, StateKey, Weights, floats
 from gradviz.engine.scenario import RunSpec, Scenario
 from gradviz.engine.zoo import Batch, Phase, build_task
 
@@ -71,7 +71,7 @@ class Run:
         self.grad_norm = 0.0
         self.param_norm = 0.0
         self._state_layout: StateLayout | None = None
-        self._no_grads = Grads(EMPTY, (False,) * len(self.tensors))
+        self._no_grads = Grads(b"", (False,) * len(self.tensors))
         self._all_present = (True,) * len(self.tensors)
         # Parameters are only ever changed in place, so views of them stay valid.
         self._param_views = numpy_views(self.tensors)
@@ -265,11 +265,11 @@ class Run:
         self.fresh = self.prior = self.footprint = None
         if op in self._grad_writers:
             self.grad_copy = self._copy_grads()
-            self.grad_norm = _norm([self.grad_copy.flat])
+            self.grad_norm = _copy_norm(self.grad_copy.values)
         if op == "step":
             self.weights = self._weights_now()
             # The norm of the copy just made: the same numbers as the live parameters'.
-            self.param_norm = _norm([self.weights.param_flat])
+            self.param_norm = _copy_norm(self.weights.values, self.layout.total)
             if not math.isfinite(self.param_norm):
                 self.status = "diverged"
         if op == "backward":
@@ -324,8 +324,8 @@ class Run:
         if lr_now != self._lr_read:
             self._lr_read = lr_now
             self._lrs = {name: float(lr) for name, lr in zip(self.optimizers, lr_now, strict=True)}
-        flat = join(layout.views) if layout.views is not None else flat_copy(self.tensors + layout.tensors)
-        return Weights(self.layout, flat, layout.keys, layout.other_now(), self._lrs)
+        values = join(layout.views) if layout.views is not None else flat_copy(self.tensors + layout.tensors)
+        return Weights(self.layout, values, layout.keys, layout.other_now(), self._lrs)
 
     @property
     def grads_unread_at_iteration_start(self) -> bool:
@@ -358,7 +358,7 @@ class Run:
     def param_copy(self) -> np.ndarray:
         """The parameters now, copied end to end into one float32 array (the layout's order)."""
         views = self._param_views
-        return join(views) if views is not None else flat_copy(self.tensors)
+        return floats(join(views) if views is not None else flat_copy(self.tensors))
 
     def _param_norm(self) -> float:
         """Norm of all parameters now; inf or nan when one of them is."""
@@ -368,7 +368,7 @@ class Run:
     def norms(self) -> tuple[float, float]:
         """The norms of every ``.grad`` and of the parameters in ``current``, as a full record's op
         computes them (a light run's, from the tensors one by one, may differ in the last bit)."""
-        return _norm([self.grad_copy.flat]), _norm([self.weights.param_flat])
+        return _copy_norm(self.grad_copy.values), _copy_norm(self.weights.values, self.layout.total)
 
     def _measure(self, op: str) -> None:
         """The norms the timeline plots, from the live tensors (all a light run records)."""
@@ -501,6 +501,15 @@ def _norm(views: Sequence[np.ndarray]) -> float:
             square = float(wide.dot(wide))
         total += square
     return math.sqrt(total)
+
+
+def _copy_norm(values: bytes, count: int | None = None) -> float:
+    """:func:`_norm` of the first ``count`` float32 values of a copy (all of them by default), with
+    no array made of a small model's copy."""
+    few = memoryview(values).cast("f")[:count]
+    if len(few) <= HYPOT_VALUES:
+        return math.hypot(*few)
+    return _norm([floats(values)[:count]])
 
 
 def _torch_norm(tensors: Sequence[torch.Tensor]) -> float:

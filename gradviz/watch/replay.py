@@ -147,6 +147,7 @@ def replay_of(rec: Recording, where: str = "") -> Replay:
 
     ticks = len(events)
     before_grads, before_present = values.grads_after(-1)
+    before = Grads(_float32_bytes(before_grads), before_present)
     records: list[OpRecord] = []
     entries: list[Entry] = []
     loss = math.nan
@@ -158,18 +159,18 @@ def replay_of(rec: Recording, where: str = "") -> Replay:
         state_keys, state_flat, state_other = values.state_after(tick)
         lr = values.lr_after(tick, owner)
         weights = Weights(
-            layout, np.concatenate([flat, state_flat]).astype(np.float32), state_keys, state_other, lr
+            layout, _float32_bytes(np.concatenate([flat, state_flat])), state_keys, state_other, lr
         )
-        snap = Snapshot(weights, Grads(grads, present))
+        snap = Snapshot(weights, Grads(_float32_bytes(grads), present))
         op = OP_OF[ev["op"]]
         fresh: Grads | None = None
         prior = None
         if op == "backward":
-            prior = (before_grads, before_present)
+            prior = before
             fresh = _delivered(
                 layout, (before_grads, before_present), (grads, present), set(ev.get("filled", []))
             )
-        before_grads, before_present = grads, present
+        before_grads, before_present, before = grads, present, snap.grad_copy
         line = ev["line"]  # in its own file: the code panel shows the file of the op at the cursor
         op_record = OpRecord(
             run,
@@ -182,7 +183,7 @@ def replay_of(rec: Recording, where: str = "") -> Replay:
             None,
             snap,
             fresh,
-            None if prior is None else Grads(*prior),
+            prior,
         )
         records.append(op_record)
         finite_g = grads[np.isfinite(grads)]
@@ -234,7 +235,9 @@ def replay_of(rec: Recording, where: str = "") -> Replay:
     )
     initial_flat = values.params_after(-1)
     g0, p0 = values.grads_after(-1)
-    initial = Snapshot(Weights(layout, initial_flat.astype(np.float32), (), (), {}), Grads(g0, p0))
+    initial = Snapshot(
+        Weights(layout, _float32_bytes(initial_flat), (), (), {}), Grads(_float32_bytes(g0), p0)
+    )
     info = LabInfo(
         scenario=scenario,
         runs=(run_info,),
@@ -465,7 +468,12 @@ def _delivered(
         if present[-1]:
             parts.append(np.ravel(now if was is None else now - was).astype(np.float32))
     flat = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-    return Grads(flat, tuple(present))
+    return Grads(_float32_bytes(flat), tuple(present))
+
+
+def _float32_bytes(values: np.ndarray) -> bytes:
+    """``values`` as the float32 bytes a record's copy holds."""
+    return np.asarray(values, np.float32).tobytes()
 
 
 def _tick_of(f: Finding, events: list[dict[str, Any]]) -> int:

@@ -16,7 +16,7 @@ import torch
 
 from gradviz.engine import Lab, OpRecord, load_builtin, loads_scenario
 from gradviz.engine.copying import flat_copy
-from gradviz.engine.record import THINNED_EVERY, Grads, Snapshot
+from gradviz.engine.record import THINNED_EVERY, Grads, Snapshot, floats
 from gradviz.engine.scenario import builtin_names
 
 from .helpers import DIVERGING, MLP
@@ -294,11 +294,11 @@ def test_memory_per_iteration_stays_bounded_as_iterations_grow():
     runs = len(scenario.runs)
     # The first chunk fills the recent past; after it, memory grows by the thinned past alone
     # (per op a tick, a loss and two norms, and a share of a keyframe), no faster later than at
-    # first, and by a small fraction of what full records cost.
+    # first, and by a small fraction of what full records cost (themselves some 700 bytes a run).
     steady = growth[1:]
     assert max(steady[1:]) <= 1.15 * steady[0] + 16
     assert max(steady) / runs < 150
-    assert max(steady) < 0.1 * kept[0]
+    assert max(steady) < 0.2 * kept[0]
     for run in thinned.runs:
         assert len(thinned.history[run.name].recent) <= recent + recent // 8
 
@@ -317,9 +317,9 @@ def test_records_of_a_cuda_lab_hold_no_tensor():
 def test_copies_that_go_through_torch_keep_no_tensor_alive():
     # The path a GPU tensor, a dtype numpy lacks or a tensor that requires grad takes.
     tensors = [torch.ones(2, dtype=torch.bfloat16), torch.full((2, 2), 3.0, requires_grad=True)]
-    flat = flat_copy(tensors)
-    assert flat.dtype == np.float32 and flat.tolist() == [1.0, 1.0, 3.0, 3.0, 3.0, 3.0]
-    assert _tensors_in(flat) == []
+    values = flat_copy(tensors)
+    assert floats(values).tolist() == [1.0, 1.0, 3.0, 3.0, 3.0, 3.0]
+    assert _tensors_in(values) == []
 
 
 def test_a_norm_past_single_precision_is_exact_in_double_and_prints_no_numpy_warning():
