@@ -194,7 +194,7 @@ class Snapshot:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the copied arrays."""
+        """Bytes of the copies."""
         return len(self.weights.values) + len(self.grad_copy.values)
 
 
@@ -212,12 +212,12 @@ class PackedSnapshot:
     compressing them would cost several times as long for a few percent.
     """
 
-    __slots__ = ("_fields", "_low", "_top", "_weight_count")
+    __slots__ = ("_fields", "_low", "_top", "_weight_bytes")
 
     def __init__(self, snap: Snapshot) -> None:
         w = snap.weights
-        self._weight_count = w.flat.size
-        words = np.concatenate((w.flat, snap.grad_flat)).view(np.uint8).reshape(-1, 4)
+        self._weight_bytes = len(w.values)
+        words = np.frombuffer(w.values + snap.grad_copy.values, np.uint8).reshape(-1, 4)
         self._low = words[:, _LOW_BYTES].copy()
         self._top = zlib.compress(words[:, _TOP_BYTE].tobytes(), 1)
         self._fields = (w.layout, w.state_keys, w.state_other, w.lr, snap.grad_present)
@@ -227,7 +227,7 @@ class PackedSnapshot:
         words = np.empty((len(self._low), 4), np.uint8)
         words[:, _LOW_BYTES] = self._low
         words[:, _TOP_BYTE] = np.frombuffer(zlib.decompress(self._top), np.uint8)
-        data, cut = words.tobytes(), 4 * self._weight_count
+        data, cut = words.tobytes(), self._weight_bytes
         layout, keys, other, lr, present = self._fields
         return Snapshot(Weights(layout, data[:cut], keys, other, lr), Grads(data[cut:], present))
 
