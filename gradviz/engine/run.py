@@ -506,9 +506,9 @@ def _norm(views: Sequence[np.ndarray]) -> float:
 def _copy_norm(values: bytes, count: int | None = None) -> float:
     """:func:`_norm` of the first ``count`` float32 values of a copy (all of them by default), with
     no array made of a small model's copy."""
-    few = memoryview(values).cast("f")[:count]
-    if len(few) <= HYPOT_VALUES:
-        return math.hypot(*few)
+    view = memoryview(values).cast("f")[:count]
+    if len(view) <= HYPOT_VALUES:
+        return math.hypot(*view)
     return _norm([floats(values)[:count]])
 
 
