@@ -80,15 +80,17 @@ class Run:
         # snapshots while they hold (a manual loop's fixed ``lr`` has no optimizer to read).
         self._lr_read: list[Any] = []
         self._lrs: dict[str, float] = {"lr": spec.optimizer.lr}
+        # True once an op ran unrecorded (light, bare or replayed): the state copied is then out
+        # of date, and is copied again (recapture) before the next op recorded in full.
+        self._unrecorded = False
         # What the last op recorded in full left, copied: the state after it (shared with the ops
         # before that changed neither part), a backward's fresh and prior, a measured footprint.
-        self.weights, self.grad_copy = self._weights_now(), self._copy_grads()
+        self.weights: Weights
+        self.grad_copy: Grads
+        self.recapture()
         self.fresh: Grads | None = None
         self.prior: Grads | None = None
         self.footprint: Footprint | None = None
-        # True once an op ran unrecorded (light, bare or replayed): ``current`` is then out of date,
-        # and is copied again before the next op recorded in full.
-        self._unrecorded = False
         # What autograd holds and walks, measured where the lesson asks (see engine/footprint.py).
         self._saved = SavedBytes()
         self.measures = wanted(scenario)
